@@ -1,1 +1,94 @@
-//! placeholder
+//! The lifecycle of a `Habitat` object: its phases, the events that move between them, and
+//! [`decide`], the pure function that picks the next phase and the one step to take.
+//!
+//! The machine is declared with the [`sm`] crate, so a transition that is not declared below
+//! does not compile. A declared one does:
+//!
+//! ```
+//! use habitat_machine::Lifecycle::*;
+//! use sm::{Initializer, Machine as _, Transition};
+//! let m = Machine::new(Pending).transition(CreatePeerConfig);
+//! assert_eq!(m.state(), ConfigMapReady);
+//! ```
+//!
+//! and an undeclared one is rejected by the compiler:
+//!
+//! ```compile_fail
+//! use habitat_machine::Lifecycle::*;
+//! use sm::{Initializer, Transition};
+//! // Ready never goes back to Pending: there is no such edge, so this does not build.
+//! let _ = Machine::new(Ready).transition(CreatePeerConfig);
+//! ```
+//!
+//! The machine is rebuilt from the persisted `.status.phase` on every reconcile ([`resume`]) and
+//! thrown away afterwards: the operator keeps no state across reconciles or restarts. This crate
+//! has no Kubernetes, I/O or clock dependency; everything it knows comes in through [`Facts`].
+#![forbid(unsafe_code)]
+
+mod decide;
+mod phase;
+
+pub use decide::{decide, Blocker, Decision, Facts, Step};
+pub use phase::{Phase, UnknownPhase};
+
+use sm::sm;
+
+sm! {
+    Lifecycle {
+        // Any phase can be the starting point: the machine is resumed from `.status.phase`.
+        InitialStates {
+            Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating, Terminating
+        }
+
+        // The peer ConfigMap exists with the right content.
+        CreatePeerConfig {
+            Pending => ConfigMapReady
+        }
+
+        // The ring key is resolved (or gossip is not encrypted).
+        ResolveKey {
+            ConfigMapReady => KeyReady
+        }
+
+        // The StatefulSet and Services are applied for the current spec.
+        Deploy {
+            KeyReady => Deploying
+        }
+
+        // Leader topology: the supervisors elected a leader and the operator published it.
+        ElectLeader {
+            Deploying => LeaderElected
+        }
+
+        // Every replica is ready (and, for leader topology, a leader is known).
+        BecomeReady {
+            Deploying, LeaderElected, Updating => Ready
+        }
+
+        // The spec of a Ready object changed.
+        Update {
+            Ready => Updating
+        }
+
+        // The object is being deleted.
+        Terminate {
+            Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating => Terminating
+        }
+    }
+}
+
+/// The machine resumed in a persisted phase, ready to take one transition.
+pub fn resume(phase: Phase) -> Lifecycle::Variant {
+    use sm::{AsEnum, Initializer};
+    use Lifecycle::*;
+    match phase {
+        Phase::Pending => Machine::new(Pending).as_enum(),
+        Phase::ConfigMapReady => Machine::new(ConfigMapReady).as_enum(),
+        Phase::KeyReady => Machine::new(KeyReady).as_enum(),
+        Phase::Deploying => Machine::new(Deploying).as_enum(),
+        Phase::LeaderElected => Machine::new(LeaderElected).as_enum(),
+        Phase::Ready => Machine::new(Ready).as_enum(),
+        Phase::Updating => Machine::new(Updating).as_enum(),
+        Phase::Terminating => Machine::new(Terminating).as_enum(),
+    }
+}
