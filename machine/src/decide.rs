@@ -1,7 +1,7 @@
 //! [`decide`]: from the persisted phase and what the operator observed, the next phase and the
 //! one step to take. Pure and total: every (phase, facts) pair has an answer.
 
-use crate::Lifecycle::{self, Variant::*, *};
+use crate::lifecycle::{self as Lifecycle, Variant::*, *};
 use crate::Phase;
 use sm::{AsEnum, Initializer, Transition};
 

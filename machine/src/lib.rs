@@ -5,7 +5,7 @@
 //! does not compile. A declared one does:
 //!
 //! ```
-//! use habitat_machine::Lifecycle::*;
+//! use habitat_machine::lifecycle::*;
 //! use sm::{Initializer, Machine as _, Transition};
 //! let m = Machine::new(Pending).transition(CreatePeerConfig);
 //! assert_eq!(m.state(), ConfigMapReady);
@@ -14,7 +14,7 @@
 //! and an undeclared one is rejected by the compiler:
 //!
 //! ```compile_fail
-//! use habitat_machine::Lifecycle::*;
+//! use habitat_machine::lifecycle::*;
 //! use sm::{Initializer, Transition};
 //! // Ready never goes back to Pending: there is no such edge, so this does not build.
 //! let _ = Machine::new(Ready).transition(CreatePeerConfig);
@@ -31,56 +31,62 @@ mod phase;
 pub use decide::{decide, Blocker, Decision, Facts, Step};
 pub use phase::{Phase, UnknownPhase};
 
-use sm::sm;
+/// The declared machine: its states, events, `Machine` and `Variant` types.
+#[allow(missing_docs)]
+pub mod lifecycle {
+    use sm::sm;
 
-sm! {
-    Lifecycle {
-        // Any phase can be the starting point: the machine is resumed from `.status.phase`.
-        InitialStates {
-            Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating, Terminating
-        }
+    sm! {
+        Lifecycle {
+            // Any phase can be the starting point: the machine is resumed from `.status.phase`.
+            InitialStates {
+                Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating, Terminating
+            }
 
-        // The peer ConfigMap exists with the right content.
-        CreatePeerConfig {
-            Pending => ConfigMapReady
-        }
+            // The peer ConfigMap exists with the right content.
+            CreatePeerConfig {
+                Pending => ConfigMapReady
+            }
 
-        // The ring key is resolved (or gossip is not encrypted).
-        ResolveKey {
-            ConfigMapReady => KeyReady
-        }
+            // The ring key is resolved (or gossip is not encrypted).
+            ResolveKey {
+                ConfigMapReady => KeyReady
+            }
 
-        // The StatefulSet and Services are applied for the current spec.
-        Deploy {
-            KeyReady => Deploying
-        }
+            // The StatefulSet and Services are applied for the current spec.
+            Deploy {
+                KeyReady => Deploying
+            }
 
-        // Leader topology: the supervisors elected a leader and the operator published it.
-        ElectLeader {
-            Deploying => LeaderElected
-        }
+            // Leader topology: the supervisors elected a leader and the operator published it.
+            ElectLeader {
+                Deploying => LeaderElected
+            }
 
-        // Every replica is ready (and, for leader topology, a leader is known).
-        BecomeReady {
-            Deploying, LeaderElected, Updating => Ready
-        }
+            // Every replica is ready (and, for leader topology, a leader is known).
+            BecomeReady {
+                Deploying, LeaderElected, Updating => Ready
+            }
 
-        // The spec of a Ready object changed.
-        Update {
-            Ready => Updating
-        }
+            // The spec of a Ready object changed.
+            Update {
+                Ready => Updating
+            }
 
-        // The object is being deleted.
-        Terminate {
-            Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating => Terminating
+            // The object is being deleted.
+            Terminate {
+                Pending, ConfigMapReady, KeyReady, Deploying, LeaderElected, Ready, Updating => Terminating
+            }
         }
     }
+
+    pub use self::Lifecycle::*;
 }
 
 /// The machine resumed in a persisted phase, ready to take one transition.
-pub fn resume(phase: Phase) -> Lifecycle::Variant {
+pub fn resume(phase: Phase) -> lifecycle::Variant {
+    use lifecycle::*;
     use sm::{AsEnum, Initializer};
-    use Lifecycle::*;
     match phase {
         Phase::Pending => Machine::new(Pending).as_enum(),
         Phase::ConfigMapReady => Machine::new(ConfigMapReady).as_enum(),
