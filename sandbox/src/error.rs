@@ -1,0 +1,166 @@
+//! Error types: the crate-level [`Error`] and the API server's [`ApiError`] (a `metav1.Status`).
+
+use serde_json::{json, Value};
+
+/// Errors returned by the public [`crate::Sandbox`] API.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving a socket failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A manifest could not be parsed.
+    #[error("invalid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// A manifest was well-formed YAML but not a Kubernetes object.
+    #[error("invalid manifest: {0}")]
+    Manifest(String),
+    /// The simulated API server rejected a request.
+    #[error("API error: {0}")]
+    Api(#[from] ApiError),
+}
+
+/// An API error, rendered as a `metav1.Status` object.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// Machine-readable reason (`NotFound`, `Conflict`, ...).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// Optional `details` (name, group, kind).
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
+        self.details = Some(json!({"name": name, "group": group, "kind": kind}));
+        self
+    }
+
+    /// 404 for a named object of a resource (`plural.group`).
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, plural)))
+            .with_details(group, plural, name)
+    }
+
+    /// 404 for an unknown path.
+    pub fn no_route() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+        )
+        .with_details(group, plural, name)
+    }
+
+    /// 409 Conflict (stale resourceVersion).
+    pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(group, plural, name)
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 422 Invalid.
+    pub fn invalid(kind: &str, name: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {message}"),
+        )
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(ct: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"),
+        )
+    }
+
+    /// 410 Expired (watch from a too old resourceVersion).
+    pub fn expired(rv: &str) -> Self {
+        Self::new(410, "Expired", format!("too old resource version: {rv}"))
+    }
+
+    /// 403 Forbidden.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+
+    /// The `metav1.Status` JSON for this error.
+    pub fn to_status(&self) -> Value {
+        let mut v = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            v["details"] = d.clone();
+        }
+        v
+    }
+}
+
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shape() {
+        let s = ApiError::not_found("habitat.sh", "habitats", "x").to_status();
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["message"], "habitats.habitat.sh \"x\" not found");
+        assert_eq!(s["details"]["name"], "x");
+    }
+}
