@@ -212,6 +212,9 @@ pub struct HabitatStatus {
     /// The ring key Secret in use, when gossip is encrypted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_secret_name: Option<String>,
+    /// When `phase` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_phase_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 impl Habitat {

@@ -1,8 +1,25 @@
 //! habitat-operator: runs Chef Habitat services on Kubernetes.
 //!
-//! The reconciler reads as observe (caches) → decide ([`habitat_machine::decide`]) → act (one
-//! idempotent step) → persist (one status write). See `reconcile` for the driver.
+//! A reconcile reads as observe ([`observe`], caches only) → decide
+//! ([`habitat_machine::decide`]) → act ([`act`], one idempotent step) → persist (one status
+//! write in [`reconcile`]). Builders of child objects ([`build`]) are pure.
 #![forbid(unsafe_code)]
 
+pub mod act;
 pub mod api;
+pub mod apply;
 pub mod build;
+pub mod census;
+pub mod conditions;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod peer;
+pub mod reconcile;
+pub mod requeue;
+pub mod ring;
+pub mod rollout;
+pub mod status;

@@ -25,3 +25,30 @@ pub(crate) fn child_meta(h: &Habitat, name: String) -> ObjectMeta {
         ..ObjectMeta::default()
     }
 }
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use ring_key::KeyName;
+
+/// The workload of a Habitat: what `ApplyWorkload` applies.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The StatefulSet.
+    pub statefulset: StatefulSet,
+    /// The headless Service.
+    pub headless: Service,
+    /// Leader topology: the leader Service and the PodDisruptionBudget.
+    pub leader: Option<(Service, PodDisruptionBudget)>,
+}
+
+/// The workload of `h` with the resolved ring key.
+pub fn workload(h: &Habitat, ring_key: Option<&KeyName>) -> Workload {
+    Workload {
+        statefulset: statefulset::statefulset(h, ring_key),
+        headless: service::headless_service(h),
+        leader: (h.spec.service.topology == crate::api::Topology::Leader)
+            .then(|| (service::leader_service(h), disruption_budget::disruption_budget(h))),
+    }
+}

@@ -1,0 +1,136 @@
+//! Errors: one variant per reconcile stage, each with a category used as the Event reason and
+//! the metrics label. Messages say what failed; none carries Secret contents.
+
+use std::error::Error as StdError;
+
+/// A failed reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Applying or deleting a child object failed.
+    #[error("cannot {action} {kind} {name}: {source}")]
+    Apply {
+        /// What was attempted (apply, create, delete, label).
+        action: &'static str,
+        /// Kind of the child.
+        kind: String,
+        /// Name of the child.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the Habitat's status failed.
+    #[error("cannot write the status of Habitat {name}: {source}")]
+    PersistStatus {
+        /// The Habitat.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The finalizer could not be added or removed.
+    #[error("cannot update the finalizer of Habitat {name}: {message}")]
+    Finalizer {
+        /// The Habitat.
+        name: String,
+        /// What failed.
+        message: String,
+    },
+    /// The object read from the cache lacks a field every stored object has.
+    #[error("the Habitat from the cache has no {0}; this is a bug or a broken API server")]
+    MissingField(&'static str),
+}
+
+impl Error {
+    /// The variant's name: the Event reason and the `reason` label of the error counter.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Apply { .. } => "ApplyFailed",
+            Error::PersistStatus { .. } => "StatusWriteFailed",
+            Error::Finalizer { .. } => "FinalizerFailed",
+            Error::MissingField(_) => "MissingField",
+        }
+    }
+
+    /// The message with its whole source chain, truncated to `max` bytes (Event notes hold 1 KiB).
+    pub fn chain(&self, max: usize) -> String {
+        let mut text = self.to_string();
+        let mut source = self.source();
+        while let Some(s) = source {
+            let next = s.to_string();
+            if !text.contains(&next) {
+                text.push_str(": ");
+                text.push_str(&next);
+            }
+            source = s.source();
+        }
+        truncate(text, max)
+    }
+
+    /// Whether the API server said the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => is_not_found(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a kube error is an HTTP 404.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max.saturating_sub(3);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("statefulsets.apps \"redis\" is forbidden", "Forbidden")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn categories_are_stable_variant_names() {
+        let e = Error::Apply { action: "apply", kind: "StatefulSet".into(), name: "redis".into(), source: api_error(403) };
+        assert_eq!(e.category(), "ApplyFailed");
+        assert_eq!(Error::MissingField("namespace").category(), "MissingField");
+    }
+
+    #[test]
+    fn the_chain_names_the_object_and_the_api_error() {
+        let e = Error::Apply { action: "apply", kind: "StatefulSet".into(), name: "redis".into(), source: api_error(403) };
+        let text = e.chain(1024);
+        assert!(text.starts_with("cannot apply StatefulSet redis"), "{text}");
+        assert!(text.contains("forbidden"), "{text}");
+    }
+
+    #[test]
+    fn long_messages_are_truncated_on_a_character_boundary() {
+        let t = truncate("é".repeat(600), 1024);
+        assert!(t.len() <= 1024);
+        assert!(t.ends_with("..."));
+    }
+
+    #[test]
+    fn not_found_is_recognised() {
+        let e = Error::PersistStatus { name: "x".into(), source: api_error(404) };
+        assert!(e.is_not_found());
+    }
+}

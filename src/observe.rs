@@ -1,0 +1,221 @@
+//! Observing: a `Snapshot` of one Habitat's world, read from the caches only, and the
+//! machine's `Facts` computed from it.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
+
+use habitat_machine::Facts;
+
+use crate::api::{Habitat, Topology, LABEL_LEADER, LABEL_NAME, USER_TOML_KEY};
+use crate::apply::is_current;
+use crate::build::peer_config::peer_file_content;
+use crate::build::ring_key::KeyName;
+use crate::build::Workload;
+use crate::census::Election;
+use crate::context::Stores;
+use crate::ring::{self, KeyState};
+use crate::{peer, rollout};
+
+/// What the leader census said in this reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderView {
+    /// Not read yet.
+    NotObserved,
+    /// No census could be read; the errors, joined.
+    Unreachable(String),
+    /// The census' election state, and the pod whose IP the leader has.
+    Observed {
+        /// The election.
+        election: Election,
+        /// The leader's pod, when elected and found among the pods.
+        pod: Option<String>,
+    },
+}
+
+impl LeaderView {
+    /// The leader's pod, when known.
+    pub fn pod(&self) -> Option<&str> {
+        match self {
+            LeaderView::Observed { pod, .. } => pod.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// One Habitat's world as the caches show it, updated in place by each step of a reconcile.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The StatefulSet `NAME`.
+    pub statefulset: Option<StatefulSet>,
+    /// The peer ConfigMap.
+    pub peer_config: Option<ConfigMap>,
+    /// The headless Service.
+    pub headless: Option<Service>,
+    /// The leader Service.
+    pub leader_service: Option<Service>,
+    /// The PodDisruptionBudget.
+    pub budget: Option<PodDisruptionBudget>,
+    /// The Habitat's pods.
+    pub pods: Vec<Pod>,
+    /// The ring key.
+    pub key: KeyState,
+    /// What is wrong with the Secrets the spec names (user.toml, files), if anything.
+    pub secret_problem: Option<String>,
+    /// The census reading of this reconcile.
+    pub leader: LeaderView,
+    /// A pod was deleted for replacement in this reconcile.
+    pub replaced_pod: bool,
+}
+
+fn get<K>(store: &Store<K>, h: &Habitat, name: &str) -> Option<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let ns = h.namespace().unwrap_or_default();
+    store.get(&ObjectRef::new(name).within(&ns)).map(|o| (*o).clone())
+}
+
+/// Reads the snapshot of `h` from the caches. `generated` is a key this process generated for
+/// the Habitat's ring that the cache may not show yet.
+pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snapshot {
+    let name = h.name_any();
+    let ns = h.namespace().unwrap_or_default();
+    let pods = stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.labels().get(LABEL_NAME) == Some(&name))
+        .map(|p| (*p).clone())
+        .collect();
+    let secrets = stores.secrets.state();
+    let in_ns: Vec<&Secret> = secrets.iter().map(|s| &**s).filter(|s| s.namespace().as_deref() == Some(&ns)).collect();
+    let find = |n: &str| in_ns.iter().copied().find(|s| s.name_any() == n);
+    let mut key = ring::resolve(h, find, in_ns.iter().copied());
+    if let (KeyState::ToGenerate { .. }, Some(k)) = (&key, generated) {
+        key = KeyState::Ready(k);
+    }
+    Snapshot {
+        statefulset: get(&stores.statefulsets, h, &name),
+        peer_config: get(&stores.config_maps, h, &h.peer_config_name()),
+        headless: get(&stores.services, h, &name),
+        leader_service: get(&stores.services, h, &h.leader_service_name()),
+        budget: get(&stores.budgets, h, &name),
+        pods,
+        key,
+        secret_problem: secret_problem(h, find),
+        leader: LeaderView::NotObserved,
+        replaced_pod: false,
+    }
+}
+
+/// What is wrong with the Secrets named by `spec.service.configSecretName` and
+/// `filesSecretName`, in words for the user.
+pub fn secret_problem<'a>(h: &Habitat, find: impl Fn(&str) -> Option<&'a Secret>) -> Option<String> {
+    let svc = &h.spec.service;
+    if let Some(name) = &svc.config_secret_name {
+        match find(name) {
+            None => return Some(format!("Secret {name} named in spec.service.configSecretName does not exist; create it with a key {USER_TOML_KEY}")),
+            Some(s) if !has_key(s, USER_TOML_KEY) => {
+                return Some(format!("Secret {name} named in spec.service.configSecretName has no key {USER_TOML_KEY}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(name) = &svc.files_secret_name {
+        if find(name).is_none() {
+            return Some(format!("Secret {name} named in spec.service.filesSecretName does not exist"));
+        }
+    }
+    None
+}
+
+fn has_key(s: &Secret, key: &str) -> bool {
+    s.data.as_ref().is_some_and(|d| d.contains_key(key)) || s.string_data.as_ref().is_some_and(|d| d.contains_key(key))
+}
+
+impl Snapshot {
+    /// The address currently in the peer file.
+    pub fn current_peer(&self) -> Option<&str> {
+        self.peer_config
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(crate::api::PEER_IP_KEY))
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The address the peer file should hold now.
+    pub fn desired_peer(&self) -> Option<String> {
+        peer::choose(self.current_peer(), &self.pods)
+    }
+
+    /// Whether `pod` carries the leader label.
+    fn labelled_leader(pod: &Pod) -> bool {
+        pod.labels().get(LABEL_LEADER).is_some_and(|v| v == "true")
+    }
+
+    /// Pods whose leader label disagrees with `leader`.
+    pub fn mislabelled_pods(&self, leader: Option<&str>) -> Vec<(String, bool)> {
+        self.pods
+            .iter()
+            .filter_map(|p| {
+                let should = leader == Some(p.name_any().as_str());
+                (Self::labelled_leader(p) != should).then(|| (p.name_any(), should))
+            })
+            .collect()
+    }
+
+    /// The machine's facts about `h` given this snapshot and the desired `workload`.
+    pub fn facts(&self, h: &Habitat, workload: Option<&Workload>) -> Facts {
+        let leader_topology = h.spec.service.topology == Topology::Leader;
+        let count = h.spec.count;
+        let desired_peer = peer_file_content(self.desired_peer().as_deref());
+        let peer_config_current = self
+            .peer_config
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(crate::api::PEER_IP_KEY))
+            .is_some_and(|v| *v == desired_peer);
+        let workload_current = workload.is_some_and(|w| self.workload_current(w));
+        let leader_pod = self.leader.pod();
+        let pod_replacement_due = leader_topology
+            && !self.replaced_pod
+            && self
+                .statefulset
+                .as_ref()
+                .is_some_and(|s| rollout::next_replacement(s, &self.pods, count, leader_pod).is_some());
+        Facts {
+            deleting: h.metadata.deletion_timestamp.is_some(),
+            spec_invalid: false,
+            peer_config_current,
+            key_ready: matches!(self.key, KeyState::NotRequired | KeyState::Ready(_)),
+            key_can_be_generated: matches!(self.key, KeyState::ToGenerate { .. }),
+            referenced_secrets_present: self.secret_problem.is_none(),
+            workload_current,
+            spec_changed: h.metadata.generation
+                > h.status.as_ref().and_then(|s| s.observed_generation).or(Some(0)),
+            rollout_done: self.statefulset.as_ref().is_some_and(|s| rollout::done(s, count)),
+            pod_replacement_due,
+            leader_topology,
+            leader_observed: self.leader != LeaderView::NotObserved,
+            leader_known: leader_pod.is_some(),
+            leader_published: leader_pod.is_some() && self.mislabelled_pods(leader_pod).is_empty(),
+        }
+    }
+
+    fn workload_current(&self, w: &Workload) -> bool {
+        let sts = self.statefulset.as_ref().is_some_and(|s| is_current(&s.metadata, &w.statefulset));
+        let headless = self.headless.as_ref().is_some_and(|s| is_current(&s.metadata, &w.headless));
+        let leader = match &w.leader {
+            Some((svc, pdb)) => {
+                self.leader_service.as_ref().is_some_and(|s| is_current(&s.metadata, svc))
+                    && self.budget.as_ref().is_some_and(|b| is_current(&b.metadata, pdb))
+            }
+            None => self.leader_service.is_none() && self.budget.is_none(),
+        };
+        sts && headless && leader
+    }
+}

@@ -1,0 +1,209 @@
+//! The reconcile driver: observe (caches) → decide (the machine) → act (one idempotent step,
+//! repeated while each succeeds at once) → persist (one status write, only when it differs).
+//!
+//! Deletion goes through kube's `finalizer` helper: the same pipeline runs, the machine answers
+//! `Terminating`/`Cleanup`, the status is written, and the helper then releases the finalizer so
+//! that garbage collection removes the children (PersistentVolumeClaims and ring keys are not
+//! children and stay).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use habitat_machine::{decide, Blocker, Phase, Step};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, finalizer};
+use kube::{Api, ResourceExt};
+
+use crate::act::{act, remembered_key};
+use crate::api::{Habitat, Topology, FINALIZER};
+use crate::apply::FIELD_MANAGER;
+use crate::build;
+use crate::conditions::Reason;
+use crate::context::Context;
+use crate::error::Error;
+use crate::events::{self, Note};
+use crate::observe::observe;
+use crate::requeue::RESYNC;
+use crate::status::{self, Inputs, Outcome};
+
+/// Steps one reconcile may take before it yields (each step changes one fact).
+const MAX_STEPS: usize = 16;
+/// How often a settled leader-topology Habitat re-reads the census.
+const LEADER_POLL: Duration = Duration::from_secs(10);
+/// How often a rollout is looked at when no watch event arrives.
+const ROLLOUT_POLL: Duration = Duration::from_secs(15);
+
+/// Reconciles one Habitat. Entry point for kube's `Controller`.
+pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_timer();
+    let ns = h.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = h.name_any();
+    let result = finalizer(&api, FINALIZER, h, |event| async {
+        match event {
+            finalizer::Event::Apply(h) | finalizer::Event::Cleanup(h) => run(&h, &ctx).await,
+        }
+    })
+    .await;
+    let result = result.map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer { name, message: other.to_string() },
+    });
+    if result.is_ok() {
+        ctx.metrics.reconciled();
+    }
+    result
+}
+
+/// Decides the requeue after a failed reconcile: per-object exponential backoff.
+pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
+    ctx.metrics.failed(error.category());
+    ctx.metrics.backoff(delay.as_secs_f64());
+    tracing::warn!(namespace = ?h.namespace(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// One pass of the pipeline over a Habitat that has the finalizer.
+async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
+    let ns = h.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    let persisted = match h.phase_str() {
+        None => Phase::Pending,
+        Some(p) => p.parse().unwrap_or_else(|e| {
+            tracing::warn!(name = %h.name_any(), error = %e, "restarting the lifecycle from Pending");
+            Phase::Pending
+        }),
+    };
+    let generated = h.spec.service.ring.as_ref().and_then(|r| remembered_key(ctx, &ns, &r.name));
+    let mut snap = observe(h, &ctx.stores, generated);
+    let mut phase = persisted;
+    let mut transitions = Vec::new();
+    let mut notes = Vec::new();
+    let mut outcome = Outcome::Busy;
+    let mut failure = None;
+    for _ in 0..MAX_STEPS {
+        let workload = workload_for(h, &snap);
+        let d = decide(phase, &snap.facts(h, workload.as_ref()));
+        if d.phase != phase {
+            transitions.push((phase, d.phase));
+            phase = d.phase;
+        }
+        match d.step {
+            Step::Advance => {}
+            Step::Wait(b) => {
+                outcome = Outcome::Waiting(b);
+                break;
+            }
+            Step::Cleanup => {
+                outcome = Outcome::Waiting(Blocker::Nothing);
+                break;
+            }
+            step => {
+                if let Err(e) = act(step, h, ctx, &mut snap, workload.as_ref(), &mut notes).await {
+                    outcome = Outcome::Failed(e.chain(1024));
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    let workload = workload_for(h, &snap);
+    let facts = snap.facts(h, workload.as_ref());
+    let now = Utc::now();
+    let inputs = Inputs { habitat: h, phase, snapshot: &snap, facts: &facts, outcome: &outcome, phase_changed: !transitions.is_empty(), now };
+    let new_status = status::desired(&inputs);
+    let old_status = h.status.clone().unwrap_or_default();
+
+    let since = old_status.last_phase_transition_time.as_ref().map(crate::conditions::from_time);
+    for (i, (from, to)) in transitions.iter().enumerate() {
+        let in_from = if i == 0 { since.map(|s| (now - s).num_milliseconds() as f64 / 1000.0) } else { Some(0.0) };
+        ctx.metrics.transition(*from, *to, in_from);
+        let why = new_status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.message.clone()).unwrap_or_default();
+        notes.push(Note::transition(*from, *to, &why));
+        tracing::info!(namespace = %ns, name = %h.name_any(), from = %from, to = %to, "phase transition");
+    }
+    notes.extend(user_warnings(&old_status.conditions, &new_status.conditions));
+    if let Some(e) = &failure {
+        let message = e.chain(1024);
+        let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+        if last.get(&uid) != Some(&message) {
+            notes.push(Note::warning(e.category(), message.clone()));
+            last.insert(uid.clone(), message);
+        }
+    } else {
+        ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+    }
+
+    if !status::same(&new_status, &old_status) {
+        persist(ctx, h, &ns, new_status).await?;
+    }
+    events::publish(&ctx.recorder, h, &notes).await;
+
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(next_action(ctx, h, &uid, &outcome))
+}
+
+fn workload_for(h: &Habitat, snap: &crate::observe::Snapshot) -> Option<build::Workload> {
+    match &snap.key {
+        crate::ring::KeyState::NotRequired => Some(build::workload(h, None)),
+        crate::ring::KeyState::Ready(k) => Some(build::workload(h, Some(k))),
+        _ => None,
+    }
+}
+
+/// Warning Events for conditions that turned False with a reason the user must act on.
+fn user_warnings(
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    new: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Vec<Note> {
+    let user_reasons = [Reason::SecretNotFound, Reason::KeyMalformed, Reason::ReferencedSecretMissing, Reason::InvalidSpec];
+    new.iter()
+        .filter(|c| c.status == "False" && c.type_ != "Ready")
+        .filter(|c| user_reasons.iter().any(|r| r.as_str() == c.reason))
+        .filter(|c| !c.message.contains("the operator generates one"))
+        .filter(|c| !old.iter().any(|o| o.type_ == c.type_ && o.reason == c.reason && o.message == c.message))
+        .map(|c| Note::warning(&c.reason, c.message.clone()))
+        .collect()
+}
+
+/// Writes the status with server-side apply. An object already gone is fine.
+async fn persist(ctx: &Context, h: &Habitat, ns: &str, status: crate::api::HabitatStatus) -> Result<(), Error> {
+    let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({
+        "apiVersion": "habitat.sh/v1",
+        "kind": "Habitat",
+        "metadata": {"name": h.name_any()},
+        "status": status,
+    });
+    match api.patch_status(&h.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => Ok(()),
+        Err(source) => Err(Error::PersistStatus { name: h.name_any(), source }),
+    }
+}
+
+/// When to look at the object again, given how the reconcile ended.
+fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Action {
+    let leader = h.spec.service.topology == Topology::Leader;
+    match outcome {
+        Outcome::Busy => Action::requeue(Duration::from_millis(200)),
+        Outcome::Failed(_) => Action::requeue(ctx.backoffs.next(uid)),
+        // The census is not watched: poll it, backing off while the election does not finish.
+        Outcome::Waiting(Blocker::Election) => {
+            let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
+            ctx.metrics.backoff(delay.as_secs_f64());
+            Action::requeue(delay)
+        }
+        Outcome::Waiting(Blocker::Rollout) => Action::requeue(ROLLOUT_POLL),
+        Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => Action::await_change(),
+        Outcome::Waiting(_) => {
+            ctx.backoffs.reset(uid);
+            Action::requeue(if leader { LEADER_POLL } else { RESYNC })
+        }
+    }
+}
