@@ -204,7 +204,7 @@ pub struct HabitatStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
     /// The address written to the peer ConfigMap, if any pod runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "peerIP", skip_serializing_if = "Option::is_none")]
     pub peer_ip: Option<String>,
     /// Leader topology: the pod of the elected leader.
     #[serde(default, skip_serializing_if = "Option::is_none")]

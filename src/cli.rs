@@ -1,0 +1,145 @@
+//! The command line: `run`, `crd`, `sandbox`. Only our own flags appear in `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// Runs Chef Habitat services on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "habitat-operator", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator against the cluster of the current kubeconfig (or in-cluster config).
+    Run(RunArgs),
+    /// Print the Habitat CustomResourceDefinition as YAML.
+    Crd,
+    /// Start a simulated cluster on loopback, apply manifests and run the operator against it.
+    Sandbox(SandboxArgs),
+}
+
+/// Logging flags shared by the commands that run.
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Log level or filter directive (e.g. `debug`, `habitat_operator=debug,kube=info`).
+    #[arg(long, default_value = "info", env = "HABITAT_OPERATOR_LOG")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Flags of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Habitats reconciled concurrently.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+    /// Address of the /metrics, /healthz and /readyz endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Run several replicas with one active, elected through a Lease.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader election Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub leader_elect_namespace: Option<String>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Flags of `sandbox`.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Manifests to apply (default: every examples/*/habitat.yml).
+    pub files: Vec<PathBuf>,
+    /// Exit 0 once every Habitat is Ready (non-zero on timeout).
+    #[arg(long)]
+    pub until_ready: bool,
+    /// Seconds to wait with --until-ready.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+    /// Write a kubeconfig for kubectl and for a separate operator process.
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Serve the simulated cluster without running the operator in it.
+    #[arg(long)]
+    pub no_operator: bool,
+    /// Port of the simulated API server (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Address of the embedded operator's /metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn long_flags(cmd: &clap::Command) -> Vec<String> {
+        cmd.get_arguments().filter_map(|a| a.get_long().map(str::to_string)).collect()
+    }
+
+    #[test]
+    fn help_lists_only_our_own_flags() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").unwrap();
+        let mut flags = long_flags(run);
+        flags.sort();
+        assert_eq!(
+            flags,
+            [
+                "help", "kubeconfig", "leader-elect", "leader-elect-namespace", "log-format", "log-level",
+                "metrics-addr", "namespace", "version", "workers"
+            ]
+        );
+        let mut top = long_flags(&cli);
+        top.sort();
+        assert_eq!(top, ["help", "version"]);
+    }
+
+    #[test]
+    fn run_parses_every_flag() {
+        let cli = Cli::try_parse_from([
+            "habitat-operator", "run", "--namespace", "prod", "--workers", "8", "--metrics-addr", "127.0.0.1:9000",
+            "--log-level", "debug", "--log-format", "json", "--leader-elect",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else { panic!() };
+        assert_eq!(r.namespace.as_deref(), Some("prod"));
+        assert_eq!(r.workers, 8);
+        assert!(r.leader_elect);
+        assert_eq!(r.log.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn zero_workers_is_refused() {
+        assert!(Cli::try_parse_from(["habitat-operator", "run", "--workers", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,174 @@
+//! Wiring: reflectors (the caches), kube-runtime's `Controller` (the work queue) and the
+//! reconciler. Children are watched only when they carry the operator's labels.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER, RING_KEY_DATA_KEY};
+use crate::census::{CensusSource, HttpCensus};
+use crate::context::{Context, Stores};
+use crate::metrics::Metrics;
+use crate::reconcile::{error_policy, reconcile};
+use crate::requeue::Backoffs;
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Watch one namespace instead of all.
+    pub namespace: Option<String>,
+    /// Concurrent reconciles.
+    pub workers: u16,
+    /// Port of the supervisors' HTTP gateway.
+    pub census_port: u16,
+    /// Timeout of one census read.
+    pub census_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { namespace: None, workers: 4, census_port: 9631, census_timeout: Duration::from_secs(2) }
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
+fn cached<K>(api: Api<K>, config: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> (Store<K>, Trigger<K>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, config).default_backoff().modify(modify).reflect(writer).touched_objects();
+    (store, Box::pin(stream))
+}
+
+fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// Runs the controller until a termination signal. `habitats` receives the Habitat cache so
+/// that the metrics endpoint can count phases; `ready` is set once every cache has synced.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    habitats: Arc<OnceLock<Store<Habitat>>>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let ns = settings.namespace.as_deref();
+    let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}"));
+    let (sts_store, sts) = cached(api::<StatefulSet>(&client, ns), ours.clone(), drop_managed_fields);
+    let (cm_store, cms) = cached(api::<ConfigMap>(&client, ns), ours.clone(), drop_managed_fields);
+    let (svc_store, svcs) = cached(api::<Service>(&client, ns), ours.clone(), drop_managed_fields);
+    let (pdb_store, pdbs) = cached(api::<PodDisruptionBudget>(&client, ns), ours.clone(), drop_managed_fields);
+    let (pod_store, pods) = cached(api::<Pod>(&client, ns), ours, drop_managed_fields);
+    // Secrets are cached with every value blanked except ring keys: the operator needs to know
+    // which keys exist and to validate ring keys, nothing more.
+    let (secret_store, secrets) = cached(api::<Secret>(&client, ns), watcher::Config::default(), |s: &mut Secret| {
+        drop_managed_fields(s);
+        s.string_data = None;
+        if let Some(data) = s.data.as_mut() {
+            for (k, v) in data.iter_mut() {
+                if k != RING_KEY_DATA_KEY {
+                    v.0.clear();
+                }
+            }
+        }
+    });
+
+    let controller = Controller::new(api::<Habitat>(&client, ns), watcher::Config::default());
+    let habitat_store = controller.store();
+    let _ = habitats.set(habitat_store.clone());
+    let by_secret = habitat_store.clone();
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        stores: Stores {
+            habitats: habitat_store.clone(),
+            statefulsets: sts_store.clone(),
+            config_maps: cm_store.clone(),
+            services: svc_store.clone(),
+            budgets: pdb_store.clone(),
+            pods: pod_store.clone(),
+            secrets: secret_store.clone(),
+        },
+        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() }),
+        metrics: metrics.clone(),
+        census: Arc::new(HttpCensus::new(settings.census_port, settings.census_timeout)) as Arc<dyn CensusSource>,
+        backoffs: Backoffs::default(),
+        generated_keys: Mutex::new(Default::default()),
+        key_generation: tokio::sync::Mutex::new(()),
+        last_failure: Mutex::new(Default::default()),
+    });
+
+    let stores = ctx.stores.clone();
+    tokio::spawn(async move {
+        let _ = stores.habitats.wait_until_ready().await;
+        let _ = stores.statefulsets.wait_until_ready().await;
+        let _ = stores.config_maps.wait_until_ready().await;
+        let _ = stores.services.wait_until_ready().await;
+        let _ = stores.budgets.wait_until_ready().await;
+        let _ = stores.pods.wait_until_ready().await;
+        let _ = stores.secrets.wait_until_ready().await;
+        ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!("caches synced");
+    });
+
+    controller
+        .owns_stream(sts)
+        .owns_stream(cms)
+        .owns_stream(svcs)
+        .owns_stream(pdbs)
+        .watches_stream(pods, |p: Pod| {
+            let ns = p.namespace()?;
+            p.labels().get(LABEL_NAME).map(|n| ObjectRef::new(n).within(&ns))
+        })
+        .watches_stream(secrets, move |s: Secret| referencing(&by_secret, &s))
+        .with_config(kube::runtime::controller::Config::default().concurrency(settings.workers))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+/// The Habitats that name a Secret (config, files, ring key) or use its ring.
+fn referencing(habitats: &Store<Habitat>, s: &Secret) -> Vec<ObjectRef<Habitat>> {
+    let name = s.name_any();
+    let ns = s.namespace();
+    let ring = s.labels().get(LABEL_RING);
+    habitats
+        .state()
+        .into_iter()
+        .filter(|h| h.namespace() == ns)
+        .filter(|h| {
+            let svc = &h.spec.service;
+            [&svc.config_secret_name, &svc.files_secret_name, &svc.ring_secret_name].iter().any(|n| n.as_deref() == Some(name.as_str()))
+                || (ring.is_some() && svc.ring.as_ref().map(|r| &r.name) == ring)
+        })
+        .map(|h| ObjectRef::from_obj(&*h))
+        .collect()
+}

@@ -1,0 +1,94 @@
+//! `habitat-operator run`: connects to the cluster, serves the endpoints, optionally waits for
+//! the leader Lease, and runs the controller until a signal.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cli::RunArgs;
+use crate::controller::{self, Settings};
+use crate::lease::{self, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::server::{self, Health};
+
+/// Why the operator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable cluster configuration.
+    #[error("cannot load the cluster configuration: {0}; pass --kubeconfig or run in a cluster")]
+    Config(String),
+    /// The client could not be built.
+    #[error("cannot create the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    /// The endpoints could not be served.
+    #[error("cannot serve the metrics endpoint on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A client for `kubeconfig`, or the default configuration when `None`.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| RunError::Config(e.to_string()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| RunError::Config(e.to_string()))?
+        }
+        None => Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs the operator with `args` against `client` until a termination signal.
+pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
+    let metrics = Metrics::default();
+    let health = Health::new(metrics.clone(), args.leader_elect);
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|source| RunError::Serve { addr: args.metrics_addr, source })?;
+    let router = server::router(health.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    });
+    tracing::info!(addr = %args.metrics_addr, version = env!("CARGO_PKG_VERSION"), "habitat-operator starting");
+
+    let settings = Settings { namespace: args.namespace.clone(), workers: args.workers, ..Settings::default() };
+    let run_controller = controller::run(client.clone(), settings, metrics, health.habitats.clone(), health.synced.clone());
+    if !args.leader_elect {
+        run_controller.await;
+        return Ok(());
+    }
+    let cfg = LeaseConfig {
+        namespace: args
+            .leader_elect_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_string()),
+        name: "habitat-operator".to_string(),
+        identity: std::env::var("POD_NAME").unwrap_or_else(|_| format!("habitat-operator-{}", std::process::id())),
+        duration: Duration::from_secs(15),
+        retry: Duration::from_secs(2),
+    };
+    tracing::info!(identity = %cfg.identity, namespace = %cfg.namespace, "waiting for the leader lease");
+    lease::acquire(&client, &cfg).await;
+    health.leading.store(true, Ordering::SeqCst);
+    tracing::info!(identity = %cfg.identity, "acquired the leader lease");
+    tokio::select! {
+        _ = run_controller => Ok(()),
+        _ = lease::hold(&client, &cfg) => {
+            health.leading.store(false, Ordering::SeqCst);
+            tracing::error!("lost the leader lease; exiting so that only one replica acts");
+            std::process::exit(1);
+        }
+    }
+}
