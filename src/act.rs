@@ -35,7 +35,9 @@ pub async fn act(
     workload: Option<&Workload>,
     notes: &mut Vec<Note>,
 ) -> Result<(), Error> {
-    let ns = h.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
     match step {
         Step::ApplyPeerConfig => {
             let cm = peer_config(h, snap.desired_peer().as_deref());
@@ -67,14 +69,20 @@ pub async fn act(
             }
         }
         Step::ReplacePod => {
-            let next = snap
-                .statefulset
-                .as_ref()
-                .and_then(|s| rollout::next_replacement(s, &snap.pods, h.spec.count, snap.leader.pod()));
+            let next = snap.statefulset.as_ref().and_then(|s| {
+                rollout::next_replacement(s, &snap.pods, h.spec.count, snap.leader.pod())
+            });
             if let Some(pod) = next {
-                let role = if snap.leader.pod() == Some(pod.as_str()) { "leader" } else { "follower" };
+                let role = if snap.leader.pod() == Some(pod.as_str()) {
+                    "leader"
+                } else {
+                    "follower"
+                };
                 delete::<Pod>(&ctx.client, &ns, &pod).await?;
-                notes.push(Note::normal("ReplacingPod", format!("deleted {role} {pod} so that it restarts with the new spec")));
+                notes.push(Note::normal(
+                    "ReplacingPod",
+                    format!("deleted {role} {pod} so that it restarts with the new spec"),
+                ));
             }
             snap.replaced_pod = true;
         }
@@ -85,12 +93,21 @@ pub async fn act(
             let leader = snap.leader.pod().map(str::to_string);
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             for (name, should) in snap.mislabelled_pods(leader.as_deref()) {
-                let value = if should { json!("true") } else { serde_json::Value::Null };
+                let value = if should {
+                    json!("true")
+                } else {
+                    serde_json::Value::Null
+                };
                 let patch = json!({"metadata": {"labels": {LABEL_LEADER: value}}});
                 let updated = api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|source| Error::Apply { action: "label", kind: "Pod".into(), name: name.clone(), source })?;
+                    .map_err(|source| Error::Apply {
+                        action: "label",
+                        kind: "Pod".into(),
+                        name: name.clone(),
+                        source,
+                    })?;
                 if let Some(slot) = snap.pods.iter_mut().find(|p| p.name_any() == name) {
                     *slot = updated;
                 }
@@ -100,7 +117,10 @@ pub async fn act(
                 ctx.metrics.leader_changed();
                 let from = previous.unwrap_or_else(|| "none".into());
                 let to = leader.unwrap_or_else(|| "none".into());
-                notes.push(Note::normal("LeaderChanged", format!("the leader moved from {from} to {to}")));
+                notes.push(Note::normal(
+                    "LeaderChanged",
+                    format!("the leader moved from {from} to {to}"),
+                ));
             }
         }
         Step::Advance | Step::Cleanup | Step::Wait(_) => {}
@@ -118,13 +138,19 @@ pub fn remembered_key(ctx: &Context, ns: &str, ring: &str) -> Option<KeyName> {
 
 /// Generates the ring's key once: serialised, re-checked against the cache and memory, and
 /// created (never replaced) as a Secret owned by nobody.
-async fn generate_key(ctx: &Context, ns: &str, ring: &str, notes: &mut Vec<Note>) -> Result<KeyName, Error> {
+async fn generate_key(
+    ctx: &Context,
+    ns: &str,
+    ring: &str,
+    notes: &mut Vec<Note>,
+) -> Result<KeyName, Error> {
     let _guard = ctx.key_generation.lock().await;
     if let Some(k) = remembered_key(ctx, ns, ring) {
         return Ok(k);
     }
     let existing = ctx.stores.secrets.state().into_iter().filter_map(|s| {
-        let same_ring = s.namespace().as_deref() == Some(ns) && s.labels().get(LABEL_RING).map(String::as_str) == Some(ring);
+        let same_ring = s.namespace().as_deref() == Some(ns)
+            && s.labels().get(LABEL_RING).map(String::as_str) == Some(ring);
         same_ring.then(|| check_secret(&s).ok()).flatten()
     });
     if let Some(k) = existing.max_by(|a, b| a.revision.cmp(&b.revision)) {
@@ -133,15 +159,37 @@ async fn generate_key(ctx: &Context, ns: &str, ring: &str, notes: &mut Vec<Note>
     let (key, file) = ring_key::generate(ring, Utc::now());
     let secret = ring_key::ring_secret(ns, &key, file);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, &secret).await {
-        Ok(_) => notes.push(Note::normal("RingKeyGenerated", format!("generated the key of ring {ring} in Secret {}", key.full()))),
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            },
+            &secret,
+        )
+        .await
+    {
+        Ok(_) => notes.push(Note::normal(
+            "RingKeyGenerated",
+            format!("generated the key of ring {ring} in Secret {}", key.full()),
+        )),
         // Same name: generated in the same second by another writer; it is this ring's key.
         Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(source) => return Err(Error::Apply { action: "create", kind: "Secret".into(), name: key.full(), source }),
+        Err(source) => {
+            return Err(Error::Apply {
+                action: "create",
+                kind: "Secret".into(),
+                name: key.full(),
+                source,
+            })
+        }
     }
     ctx.generated_keys
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert((ns.to_string(), ring.to_string()), (key.clone(), Instant::now()));
+        .insert(
+            (ns.to_string(), ring.to_string()),
+            (key.clone(), Instant::now()),
+        );
     Ok(key)
 }

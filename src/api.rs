@@ -1,5 +1,7 @@
 //! The `Habitat` custom resource (`habitat.sh/v1`): the schema's only home, with the label and
 //! annotation keys the operator puts on what it creates.
+// Each `printcolumn(...)` repeats `type_ = ...`; clippy reads them as one duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 
@@ -45,12 +47,42 @@ pub const FINALIZER: &str = "habitat.sh/finalizer";
     namespaced,
     status = "HabitatStatus",
     doc = "A Chef Habitat service: the operator runs its supervisors in a StatefulSet with a peer ConfigMap, an optional ring key and Services.",
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready", description = "Ready replicas / desired"),
-    printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader", description = "Pod of the elected leader"),
-    printcolumn(name = "Topology", type_ = "string", json_path = ".spec.service.topology", description = "Supervisor topology"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1", description = "Service image")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.ready",
+        description = "Ready replicas / desired"
+    ),
+    printcolumn(
+        name = "Leader",
+        type_ = "string",
+        json_path = ".status.leader",
+        description = "Pod of the elected leader"
+    ),
+    printcolumn(
+        name = "Topology",
+        type_ = "string",
+        json_path = ".spec.service.topology",
+        description = "Supervisor topology"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".spec.image",
+        priority = "1",
+        description = "Service image"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct HabitatSpec {
@@ -233,14 +265,15 @@ impl Habitat {
         // `controller_owner_ref` is None only without a name or uid, which an object read from
         // the API server always has; fall back to a reference the API server will reject
         // loudly rather than panicking.
-        self.controller_owner_ref(&()).unwrap_or_else(|| OwnerReference {
-            api_version: Habitat::api_version(&()).into_owned(),
-            kind: Habitat::kind(&()).into_owned(),
-            name: self.name_any(),
-            uid: self.uid().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        })
+        self.controller_owner_ref(&())
+            .unwrap_or_else(|| OwnerReference {
+                api_version: Habitat::api_version(&()).into_owned(),
+                kind: Habitat::kind(&()).into_owned(),
+                name: self.name_any(),
+                uid: self.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            })
     }
 
     /// Name of the peer ConfigMap.
@@ -268,8 +301,16 @@ mod tests {
     fn the_crd_has_the_printer_columns_of_the_spec() {
         let crd = serde_json::to_value(Habitat::crd()).unwrap();
         let cols = &crd["spec"]["versions"][0]["additionalPrinterColumns"];
-        let names: Vec<&str> = cols.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["Phase", "Ready", "Leader", "Topology", "Age", "Image"]);
+        let names: Vec<&str> = cols
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["Phase", "Ready", "Leader", "Topology", "Age", "Image"]
+        );
         assert_eq!(cols[5]["priority"], 1);
         assert_eq!(crd["spec"]["names"]["shortNames"][0], "hab");
     }
@@ -284,8 +325,10 @@ mod tests {
 
     #[test]
     fn a_minimal_spec_gets_the_documented_defaults() {
-        let spec: HabitatSpec =
-            serde_json::from_value(serde_json::json!({"image": "habitat/redis", "service": {"name": "redis"}})).unwrap();
+        let spec: HabitatSpec = serde_json::from_value(
+            serde_json::json!({"image": "habitat/redis", "service": {"name": "redis"}}),
+        )
+        .unwrap();
         assert_eq!(spec.count, 1);
         assert_eq!(spec.service.group, "default");
         assert_eq!(spec.service.topology, Topology::Standalone);

@@ -22,44 +22,72 @@ pub const FINGERPRINT_ANNOTATION: &str = "habitat.sh/applied-fingerprint";
 /// A stable fingerprint of a desired object (before it is stamped).
 pub fn fingerprint<T: Serialize>(desired: &T) -> String {
     let mut hasher = DefaultHasher::new();
-    serde_json::to_string(desired).unwrap_or_default().hash(&mut hasher);
+    serde_json::to_string(desired)
+        .unwrap_or_default()
+        .hash(&mut hasher);
     format!("{:016x}", hasher.finish())
 }
 
 /// Whether a live object's metadata carries the fingerprint of `desired`.
 pub fn is_current<T: Serialize>(live: &ObjectMeta, desired: &T) -> bool {
-    live.annotations.as_ref().and_then(|a| a.get(FINGERPRINT_ANNOTATION)) == Some(&fingerprint(desired))
+    live.annotations
+        .as_ref()
+        .and_then(|a| a.get(FINGERPRINT_ANNOTATION))
+        == Some(&fingerprint(desired))
 }
 
 /// Server-side applies `desired` (stamped with its fingerprint) and returns the live object.
 pub async fn apply<K>(client: &Client, desired: &K) -> Result<K, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug,
 {
     let name = desired.name_any();
     let fp = fingerprint(desired);
     let mut stamped = desired.clone();
-    stamped.annotations_mut().insert(FINGERPRINT_ANNOTATION.to_string(), fp);
+    stamped
+        .annotations_mut()
+        .insert(FINGERPRINT_ANNOTATION.to_string(), fp);
     let mut body = serde_json::to_value(&stamped).unwrap_or_default();
     // Apply bodies name their type; the k8s-openapi structs leave it implicit.
     body["apiVersion"] = K::api_version(&()).into();
     body["kind"] = K::kind(&()).into();
     let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-        .await
-        .map_err(|source| Error::Apply { action: "apply", kind: kind_name::<K>(), name, source })
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(|source| Error::Apply {
+        action: "apply",
+        kind: kind_name::<K>(),
+        name,
+        source,
+    })
 }
 
 /// Deletes `name`; an object already gone is not an error.
 pub async fn delete<K>(client: &Client, namespace: &str, name: &str) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
-        Err(source) => Err(Error::Apply { action: "delete", kind: kind_name::<K>(), name: name.to_string(), source }),
+        Err(source) => Err(Error::Apply {
+            action: "delete",
+            kind: kind_name::<K>(),
+            name: name.to_string(),
+            source,
+        }),
     }
 }
 
@@ -77,7 +105,10 @@ mod tests {
     fn the_fingerprint_follows_the_spec() {
         let a = statefulset(&habitat(), None);
         assert_eq!(fingerprint(&a), fingerprint(&statefulset(&habitat(), None)));
-        assert_ne!(fingerprint(&a), fingerprint(&statefulset(&habitat().count(4), None)));
+        assert_ne!(
+            fingerprint(&a),
+            fingerprint(&statefulset(&habitat().count(4), None))
+        );
     }
 
     #[test]
@@ -85,8 +116,12 @@ mod tests {
         let desired = statefulset(&habitat(), None);
         let mut live = desired.metadata.clone();
         assert!(!is_current(&live, &desired));
-        live.annotations = Some([(FINGERPRINT_ANNOTATION.to_string(), fingerprint(&desired))].into());
+        live.annotations =
+            Some([(FINGERPRINT_ANNOTATION.to_string(), fingerprint(&desired))].into());
         assert!(is_current(&live, &desired));
-        assert!(!is_current(&live, &statefulset(&habitat().channel("stable"), None)));
+        assert!(!is_current(
+            &live,
+            &statefulset(&habitat().channel("stable"), None)
+        ));
     }
 }

@@ -91,7 +91,9 @@ impl Census {
             .and_then(|id| group.population.get(id))
             .or_else(|| group.population.values().find(|m| m.leader));
         match leader {
-            Some(m) if m.alive && m.leader => Election::Elected { ip: m.sys.ip.clone() },
+            Some(m) if m.alive && m.leader => Election::Elected {
+                ip: m.sys.ip.clone(),
+            },
             _ => Election::NotStarted,
         }
     }
@@ -147,23 +149,42 @@ pub struct HttpCensus {
 impl HttpCensus {
     /// A reader for gateways on `port`, with a per-request `timeout` and a 4 MiB body bound.
     pub fn new(port: u16, timeout: Duration) -> Self {
-        HttpCensus { client: Client::builder(TokioExecutor::new()).build_http(), port, timeout, max_bytes: 4 << 20 }
+        HttpCensus {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            port,
+            timeout,
+            max_bytes: 4 << 20,
+        }
     }
 
     async fn get(&self, ip: &str) -> Result<Census, CensusError> {
         let addr = format!("{ip}:{}", self.port);
-        let http = |e: &dyn std::fmt::Display| CensusError::Http { addr: addr.clone(), message: e.to_string() };
-        let uri: hyper::Uri = format!("http://{addr}/census").parse().map_err(|e| http(&e))?;
+        let http = |e: &dyn std::fmt::Display| CensusError::Http {
+            addr: addr.clone(),
+            message: e.to_string(),
+        };
+        let uri: hyper::Uri = format!("http://{addr}/census")
+            .parse()
+            .map_err(|e| http(&e))?;
         let response = self.client.get(uri).await.map_err(|e| http(&e))?;
         if response.status() != hyper::StatusCode::OK {
-            return Err(CensusError::Status { addr, status: response.status().as_u16() });
+            return Err(CensusError::Status {
+                addr,
+                status: response.status().as_u16(),
+            });
         }
         let body = Limited::new(response.into_body(), self.max_bytes)
             .collect()
             .await
-            .map_err(|e| CensusError::Body { addr: addr.clone(), message: e.to_string() })?
+            .map_err(|e| CensusError::Body {
+                addr: addr.clone(),
+                message: e.to_string(),
+            })?
             .to_bytes();
-        serde_json::from_slice(&body).map_err(|e| CensusError::Body { addr, message: e.to_string() })
+        serde_json::from_slice(&body).map_err(|e| CensusError::Body {
+            addr,
+            message: e.to_string(),
+        })
     }
 }
 
@@ -220,21 +241,44 @@ pub(crate) mod tests {
 
     #[test]
     fn a_finished_election_with_an_alive_leader_names_its_ip() {
-        let c = parse(census_json("ElectionFinished", &[("a1", "10.0.0.1", false, true), ("b2", "10.0.0.2", true, true)]));
-        assert_eq!(c.election("redis.default"), Election::Elected { ip: "10.0.0.2".into() });
+        let c = parse(census_json(
+            "ElectionFinished",
+            &[
+                ("a1", "10.0.0.1", false, true),
+                ("b2", "10.0.0.2", true, true),
+            ],
+        ));
+        assert_eq!(
+            c.election("redis.default"),
+            Election::Elected {
+                ip: "10.0.0.2".into()
+            }
+        );
     }
 
     #[test]
     fn a_dead_leader_is_not_trusted() {
-        let c = parse(census_json("ElectionFinished", &[("a1", "10.0.0.1", false, true), ("b2", "10.0.0.2", true, false)]));
+        let c = parse(census_json(
+            "ElectionFinished",
+            &[
+                ("a1", "10.0.0.1", false, true),
+                ("b2", "10.0.0.2", true, false),
+            ],
+        ));
         assert_eq!(c.election("redis.default"), Election::NotStarted);
     }
 
     #[test]
     fn running_and_quorumless_elections_are_reported_as_such() {
-        let c = parse(census_json("ElectionInProgress", &[("b2", "10.0.0.2", true, true)]));
+        let c = parse(census_json(
+            "ElectionInProgress",
+            &[("b2", "10.0.0.2", true, true)],
+        ));
         assert_eq!(c.election("redis.default"), Election::InProgress);
-        let c = parse(census_json("ElectionNoQuorum", &[("b2", "10.0.0.2", false, true)]));
+        let c = parse(census_json(
+            "ElectionNoQuorum",
+            &[("b2", "10.0.0.2", false, true)],
+        ));
         assert_eq!(c.election("redis.default"), Election::NoQuorum);
         let c = parse(census_json("None", &[]));
         assert_eq!(c.election("redis.default"), Election::NotStarted);
@@ -246,6 +290,9 @@ pub(crate) mod tests {
         // Port 9 (discard) on a loopback address nobody listens on: refused at once.
         let reader = HttpCensus::new(9, Duration::from_millis(500));
         let err = reader.fetch("127.0.0.1").await.unwrap_err();
-        assert!(matches!(err, CensusError::Http { .. } | CensusError::Timeout(_)), "{err}");
+        assert!(
+            matches!(err, CensusError::Http { .. } | CensusError::Timeout(_)),
+            "{err}"
+        );
     }
 }

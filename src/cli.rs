@@ -98,7 +98,9 @@ mod tests {
     use clap::CommandFactory;
 
     fn long_flags(cmd: &clap::Command) -> Vec<String> {
-        cmd.get_arguments().filter_map(|a| a.get_long().map(str::to_string)).collect()
+        cmd.get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
     }
 
     #[test]
@@ -110,8 +112,16 @@ mod tests {
         assert_eq!(
             flags,
             [
-                "help", "kubeconfig", "leader-elect", "leader-elect-namespace", "log-format", "log-level",
-                "metrics-addr", "namespace", "version", "workers"
+                "help",
+                "kubeconfig",
+                "leader-elect",
+                "leader-elect-namespace",
+                "log-format",
+                "log-level",
+                "metrics-addr",
+                "namespace",
+                "version",
+                "workers"
             ]
         );
         let mut top = long_flags(&cli);
@@ -122,11 +132,24 @@ mod tests {
     #[test]
     fn run_parses_every_flag() {
         let cli = Cli::try_parse_from([
-            "habitat-operator", "run", "--namespace", "prod", "--workers", "8", "--metrics-addr", "127.0.0.1:9000",
-            "--log-level", "debug", "--log-format", "json", "--leader-elect",
+            "habitat-operator",
+            "run",
+            "--namespace",
+            "prod",
+            "--workers",
+            "8",
+            "--metrics-addr",
+            "127.0.0.1:9000",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+            "--leader-elect",
         ])
         .unwrap();
-        let Command::Run(r) = cli.command else { panic!() };
+        let Command::Run(r) = cli.command else {
+            panic!()
+        };
         assert_eq!(r.namespace.as_deref(), Some("prod"));
         assert_eq!(r.workers, 8);
         assert!(r.leader_elect);

@@ -146,7 +146,10 @@ impl Reason {
     pub fn needs_user(self) -> bool {
         matches!(
             self,
-            Reason::SecretNotFound | Reason::KeyMalformed | Reason::ReferencedSecretMissing | Reason::InvalidSpec
+            Reason::SecretNotFound
+                | Reason::KeyMalformed
+                | Reason::ReferencedSecretMissing
+                | Reason::InvalidSpec
         )
     }
 }
@@ -166,15 +169,30 @@ pub struct Desired {
 
 impl Desired {
     /// A condition of `type_`.
-    pub fn new(type_: ConditionType, status: bool, reason: Reason, message: impl Into<String>) -> Self {
-        Desired { type_, status, reason, message: message.into() }
+    pub fn new(
+        type_: ConditionType,
+        status: bool,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        Desired {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
     }
 }
 
 /// Merges `desired` into `existing`: a condition keeps its `lastTransitionTime` unless its
 /// status flips; every condition is stamped with `generation`. The result holds the desired
 /// types only, in [`ConditionType::ALL`] order, so that a serialised status is stable.
-pub fn merge(existing: &[Condition], desired: &[Desired], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
+pub fn merge(
+    existing: &[Condition],
+    desired: &[Desired],
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
     let mut desired: Vec<&Desired> = desired.iter().collect();
     desired.sort_by_key(|d| d.type_);
     desired
@@ -206,7 +224,8 @@ pub fn to_time(t: DateTime<Utc>) -> Time {
 
 /// A chrono instant from a Kubernetes `Time`.
 pub fn from_time(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_default()
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
 }
 
 /// Whether two condition lists say the same thing, whatever their order.
@@ -232,13 +251,26 @@ mod tests {
         let c = merge(&[], &[ready(false, Reason::NotYetReady)], 3, t(0));
         assert_eq!(c[0].last_transition_time, to_time(t(0)));
         assert_eq!(c[0].observed_generation, Some(3));
-        assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), ("Ready", "False"));
+        assert_eq!(
+            (c[0].type_.as_str(), c[0].status.as_str()),
+            ("Ready", "False")
+        );
     }
 
     #[test]
     fn the_transition_time_is_kept_when_only_reason_message_or_generation_change() {
         let first = merge(&[], &[ready(false, Reason::NotYetReady)], 1, t(0));
-        let second = merge(&first, &[Desired::new(ConditionType::Ready, false, Reason::Degraded, "other")], 2, t(5));
+        let second = merge(
+            &first,
+            &[Desired::new(
+                ConditionType::Ready,
+                false,
+                Reason::Degraded,
+                "other",
+            )],
+            2,
+            t(5),
+        );
         assert_eq!(second[0].last_transition_time, to_time(t(0)));
         assert_eq!(second[0].observed_generation, Some(2));
         assert_eq!(second[0].reason, "Degraded");
@@ -256,15 +288,31 @@ mod tests {
         let desired = [
             ready(true, Reason::HabitatReady),
             Desired::new(ConditionType::KeyReady, true, Reason::NotRequired, "m"),
-            Desired::new(ConditionType::ConfigMapReady, true, Reason::PeerSelected, "m"),
+            Desired::new(
+                ConditionType::ConfigMapReady,
+                true,
+                Reason::PeerSelected,
+                "m",
+            ),
         ];
-        let types: Vec<String> = merge(&[], &desired, 1, t(0)).into_iter().map(|c| c.type_).collect();
+        let types: Vec<String> = merge(&[], &desired, 1, t(0))
+            .into_iter()
+            .map(|c| c.type_)
+            .collect();
         assert_eq!(types, ["ConfigMapReady", "KeyReady", "Ready"]);
     }
 
     #[test]
     fn comparison_ignores_order() {
-        let a = merge(&[], &[ready(true, Reason::HabitatReady), Desired::new(ConditionType::KeyReady, true, Reason::NotRequired, "m")], 1, t(0));
+        let a = merge(
+            &[],
+            &[
+                ready(true, Reason::HabitatReady),
+                Desired::new(ConditionType::KeyReady, true, Reason::NotRequired, "m"),
+            ],
+            1,
+            t(0),
+        );
         let mut b = a.clone();
         b.reverse();
         assert!(same(&a, &b));

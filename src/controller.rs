@@ -36,7 +36,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { namespace: None, workers: 4, census_port: 9631, census_timeout: Duration::from_secs(2) }
+        Settings {
+            namespace: None,
+            workers: 4,
+            census_port: 9631,
+            census_timeout: Duration::from_secs(2),
+        }
     }
 }
 
@@ -53,12 +58,26 @@ where
 type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
 
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
-fn cached<K>(api: Api<K>, config: watcher::Config, modify: impl FnMut(&mut K) + Send + 'static) -> (Store<K>, Trigger<K>)
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    modify: impl FnMut(&mut K) + Send + 'static,
+) -> (Store<K>, Trigger<K>)
 where
-    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config).default_backoff().modify(modify).reflect(writer).touched_objects();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(modify)
+        .reflect(writer)
+        .touched_objects();
     (store, Box::pin(stream))
 }
 
@@ -77,24 +96,44 @@ pub async fn run(
 ) {
     let ns = settings.namespace.as_deref();
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}"));
-    let (sts_store, sts) = cached(api::<StatefulSet>(&client, ns), ours.clone(), drop_managed_fields);
-    let (cm_store, cms) = cached(api::<ConfigMap>(&client, ns), ours.clone(), drop_managed_fields);
-    let (svc_store, svcs) = cached(api::<Service>(&client, ns), ours.clone(), drop_managed_fields);
-    let (pdb_store, pdbs) = cached(api::<PodDisruptionBudget>(&client, ns), ours.clone(), drop_managed_fields);
+    let (sts_store, sts) = cached(
+        api::<StatefulSet>(&client, ns),
+        ours.clone(),
+        drop_managed_fields,
+    );
+    let (cm_store, cms) = cached(
+        api::<ConfigMap>(&client, ns),
+        ours.clone(),
+        drop_managed_fields,
+    );
+    let (svc_store, svcs) = cached(
+        api::<Service>(&client, ns),
+        ours.clone(),
+        drop_managed_fields,
+    );
+    let (pdb_store, pdbs) = cached(
+        api::<PodDisruptionBudget>(&client, ns),
+        ours.clone(),
+        drop_managed_fields,
+    );
     let (pod_store, pods) = cached(api::<Pod>(&client, ns), ours, drop_managed_fields);
     // Secrets are cached with every value blanked except ring keys: the operator needs to know
     // which keys exist and to validate ring keys, nothing more.
-    let (secret_store, secrets) = cached(api::<Secret>(&client, ns), watcher::Config::default(), |s: &mut Secret| {
-        drop_managed_fields(s);
-        s.string_data = None;
-        if let Some(data) = s.data.as_mut() {
-            for (k, v) in data.iter_mut() {
-                if k != RING_KEY_DATA_KEY {
-                    v.0.clear();
+    let (secret_store, secrets) = cached(
+        api::<Secret>(&client, ns),
+        watcher::Config::default(),
+        |s: &mut Secret| {
+            drop_managed_fields(s);
+            s.string_data = None;
+            if let Some(data) = s.data.as_mut() {
+                for (k, v) in data.iter_mut() {
+                    if k != RING_KEY_DATA_KEY {
+                        v.0.clear();
+                    }
                 }
             }
-        }
-    });
+        },
+    );
 
     let controller = Controller::new(api::<Habitat>(&client, ns), watcher::Config::default());
     let habitat_store = controller.store();
@@ -112,9 +151,18 @@ pub async fn run(
             pods: pod_store.clone(),
             secrets: secret_store.clone(),
         },
-        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
         metrics: metrics.clone(),
-        census: Arc::new(HttpCensus::new(settings.census_port, settings.census_timeout)) as Arc<dyn CensusSource>,
+        census: Arc::new(HttpCensus::new(
+            settings.census_port,
+            settings.census_timeout,
+        )) as Arc<dyn CensusSource>,
         backoffs: Backoffs::default(),
         generated_keys: Mutex::new(Default::default()),
         key_generation: tokio::sync::Mutex::new(()),
@@ -141,7 +189,9 @@ pub async fn run(
         .owns_stream(pdbs)
         .watches_stream(pods, |p: Pod| {
             let ns = p.namespace()?;
-            p.labels().get(LABEL_NAME).map(|n| ObjectRef::new(n).within(&ns))
+            p.labels()
+                .get(LABEL_NAME)
+                .map(|n| ObjectRef::new(n).within(&ns))
         })
         .watches_stream(secrets, move |s: Secret| referencing(&by_secret, &s))
         .with_config(kube::runtime::controller::Config::default().concurrency(settings.workers))
@@ -166,7 +216,13 @@ fn referencing(habitats: &Store<Habitat>, s: &Secret) -> Vec<ObjectRef<Habitat>>
         .filter(|h| h.namespace() == ns)
         .filter(|h| {
             let svc = &h.spec.service;
-            [&svc.config_secret_name, &svc.files_secret_name, &svc.ring_secret_name].iter().any(|n| n.as_deref() == Some(name.as_str()))
+            [
+                &svc.config_secret_name,
+                &svc.files_secret_name,
+                &svc.ring_secret_name,
+            ]
+            .iter()
+            .any(|n| n.as_deref() == Some(name.as_str()))
                 || (ring.is_some() && svc.ring.as_ref().map(|r| &r.name) == ring)
         })
         .map(|h| ObjectRef::from_obj(&*h))

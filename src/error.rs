@@ -70,7 +70,9 @@ impl Error {
     /// Whether the API server said the object does not exist.
     pub fn is_not_found(&self) -> bool {
         match self {
-            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => is_not_found(source),
+            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
+                is_not_found(source)
+            }
             _ => false,
         }
     }
@@ -108,14 +110,24 @@ mod tests {
 
     #[test]
     fn categories_are_stable_variant_names() {
-        let e = Error::Apply { action: "apply", kind: "StatefulSet".into(), name: "redis".into(), source: api_error(403) };
+        let e = Error::Apply {
+            action: "apply",
+            kind: "StatefulSet".into(),
+            name: "redis".into(),
+            source: api_error(403),
+        };
         assert_eq!(e.category(), "ApplyFailed");
         assert_eq!(Error::MissingField("namespace").category(), "MissingField");
     }
 
     #[test]
     fn the_chain_names_the_object_and_the_api_error() {
-        let e = Error::Apply { action: "apply", kind: "StatefulSet".into(), name: "redis".into(), source: api_error(403) };
+        let e = Error::Apply {
+            action: "apply",
+            kind: "StatefulSet".into(),
+            name: "redis".into(),
+            source: api_error(403),
+        };
         let text = e.chain(1024);
         assert!(text.starts_with("cannot apply StatefulSet redis"), "{text}");
         assert!(text.contains("forbidden"), "{text}");
@@ -130,7 +142,10 @@ mod tests {
 
     #[test]
     fn not_found_is_recognised() {
-        let e = Error::PersistStatus { name: "x".into(), source: api_error(404) };
+        let e = Error::PersistStatus {
+            name: "x".into(),
+            source: api_error(404),
+        };
         assert!(e.is_not_found());
     }
 }

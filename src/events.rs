@@ -23,17 +23,29 @@ pub struct Note {
 impl Note {
     /// A phase transition: reason `Entered<Phase>`.
     pub fn transition(from: Phase, to: Phase, why: &str) -> Self {
-        Note { warning: false, reason: format!("Entered{to}"), message: format!("phase {from} -> {to}: {why}") }
+        Note {
+            warning: false,
+            reason: format!("Entered{to}"),
+            message: format!("phase {from} -> {to}: {why}"),
+        }
     }
 
     /// A Normal event.
     pub fn normal(reason: &str, message: impl Into<String>) -> Self {
-        Note { warning: false, reason: reason.to_string(), message: message.into() }
+        Note {
+            warning: false,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
     }
 
     /// A Warning event.
     pub fn warning(reason: &str, message: impl Into<String>) -> Self {
-        Note { warning: true, reason: reason.to_string(), message: message.into() }
+        Note {
+            warning: true,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
     }
 }
 
@@ -42,7 +54,11 @@ pub async fn publish(recorder: &Recorder, h: &Habitat, notes: &[Note]) {
     let reference = h.object_ref(&());
     for n in notes {
         let event = Event {
-            type_: if n.warning { EventType::Warning } else { EventType::Normal },
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: n.reason.clone(),
             note: Some(truncate(n.message.clone(), 1024)),
             action: "Reconcile".to_string(),

@@ -25,12 +25,16 @@ pub async fn observe(h: &Habitat, census: &dyn CensusSource, pods: &[Pod]) -> Le
             Ok(c) => {
                 let election = c.election(&group);
                 let leader_pod = match &election {
-                    Election::Elected { ip } => {
-                        running.iter().find(|p| pod_ip(p) == Some(ip.as_str())).map(|p| p.name_any())
-                    }
+                    Election::Elected { ip } => running
+                        .iter()
+                        .find(|p| pod_ip(p) == Some(ip.as_str()))
+                        .map(|p| p.name_any()),
                     _ => None,
                 };
-                return LeaderView::Observed { election, pod: leader_pod };
+                return LeaderView::Observed {
+                    election,
+                    pod: leader_pod,
+                };
             }
             Err(e) => errors.push(e.to_string()),
         }
@@ -59,8 +63,10 @@ pub(crate) mod tests {
         fn fetch<'a>(&'a self, ip: &'a str) -> BoxFuture<'a, Result<Census, CensusError>> {
             Box::pin(async move {
                 match self.0.get(ip) {
-                    Some(v) => serde_json::from_value(v.clone())
-                        .map_err(|e| CensusError::Body { addr: ip.into(), message: e.to_string() }),
+                    Some(v) => serde_json::from_value(v.clone()).map_err(|e| CensusError::Body {
+                        addr: ip.into(),
+                        message: e.to_string(),
+                    }),
                     None => Err(CensusError::Timeout(ip.to_string())),
                 }
             })
@@ -69,9 +75,18 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn the_leader_is_mapped_to_its_pod_by_ip() {
-        let census = census_json("ElectionFinished", &[("a", "10.0.0.1", false, true), ("b", "10.0.0.2", true, true)]);
+        let census = census_json(
+            "ElectionFinished",
+            &[
+                ("a", "10.0.0.1", false, true),
+                ("b", "10.0.0.2", true, true),
+            ],
+        );
         let src = Scripted(HashMap::from([("10.0.0.1".to_string(), census)]));
-        let pods = [pod(0, "10.0.0.1", "Running", true), pod(1, "10.0.0.2", "Running", true)];
+        let pods = [
+            pod(0, "10.0.0.1", "Running", true),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
         let view = observe(&habitat().leader(), &src, &pods).await;
         assert_eq!(view.pod(), Some("redis-1"));
     }
@@ -80,8 +95,14 @@ pub(crate) mod tests {
     async fn a_silent_pod_is_skipped_for_the_next_one() {
         let census = census_json("ElectionFinished", &[("b", "10.0.0.2", true, true)]);
         let src = Scripted(HashMap::from([("10.0.0.2".to_string(), census)]));
-        let pods = [pod(0, "10.0.0.1", "Running", true), pod(1, "10.0.0.2", "Running", true)];
-        assert_eq!(observe(&habitat().leader(), &src, &pods).await.pod(), Some("redis-1"));
+        let pods = [
+            pod(0, "10.0.0.1", "Running", true),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
+        assert_eq!(
+            observe(&habitat().leader(), &src, &pods).await.pod(),
+            Some("redis-1")
+        );
     }
 
     #[tokio::test]

@@ -47,13 +47,18 @@ fn now_micro() -> MicroTime {
 
 /// Whether `lease` may be taken by `identity` now.
 fn available(lease: &Lease, identity: &str) -> bool {
-    let Some(spec) = lease.spec.as_ref() else { return true };
+    let Some(spec) = lease.spec.as_ref() else {
+        return true;
+    };
     match spec.holder_identity.as_deref() {
         None | Some("") => true,
         Some(holder) if holder == identity => true,
         Some(_) => {
             let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-            let renewed = spec.renew_time.as_ref().map(|t| from_time(&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0)));
+            let renewed = spec
+                .renew_time
+                .as_ref()
+                .map(|t| from_time(&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0)));
             renewed.is_none_or(|r| (Utc::now() - r).num_seconds() > duration)
         }
     }
@@ -62,7 +67,10 @@ fn available(lease: &Lease, identity: &str) -> bool {
 /// One attempt to acquire or renew. Returns whether this replica holds the lease afterwards.
 pub async fn try_acquire(client: &Client, cfg: &LeaseConfig) -> Result<bool, LeaseError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-    let err = |source| LeaseError::Api { name: cfg.name.clone(), source };
+    let err = |source| LeaseError::Api {
+        name: cfg.name.clone(),
+        source,
+    };
     let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(cfg.identity.clone()),
         lease_duration_seconds: Some(cfg.duration.as_secs() as i32),
@@ -74,7 +82,10 @@ pub async fn try_acquire(client: &Client, cfg: &LeaseConfig) -> Result<bool, Lea
     match api.get_opt(&cfg.name).await.map_err(err)? {
         None => {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(cfg.name.clone()), ..ObjectMeta::default() },
+                metadata: ObjectMeta {
+                    name: Some(cfg.name.clone()),
+                    ..ObjectMeta::default()
+                },
                 spec: Some(spec(0, None)),
             };
             match api.create(&PostParams::default(), &lease).await {
@@ -88,9 +99,15 @@ pub async fn try_acquire(client: &Client, cfg: &LeaseConfig) -> Result<bool, Lea
             let ours = current.holder_identity.as_deref() == Some(cfg.identity.as_str());
             let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!ours);
             let acquired = if ours { current.acquire_time } else { None };
-            let updated = Lease { metadata: lease.metadata.clone(), spec: Some(spec(transitions, acquired)) };
+            let updated = Lease {
+                metadata: lease.metadata.clone(),
+                spec: Some(spec(transitions, acquired)),
+            };
             // The resourceVersion in the body makes a concurrent taker lose with 409.
-            match api.replace(&cfg.name, &PostParams::default(), &updated).await {
+            match api
+                .replace(&cfg.name, &PostParams::default(), &updated)
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(err(e)),

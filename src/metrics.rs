@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use habitat_machine::Phase;
 use prometheus::{
-    histogram_opts, opts, Encoder, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry, TextEncoder,
+    histogram_opts, opts, Encoder, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry,
+    TextEncoder,
 };
 
 /// The operator's metric families.
@@ -32,11 +33,19 @@ impl Metrics {
     /// A fresh registry with every family registered and `build_info{version}` set to 1.
     pub fn new(version: &str) -> Self {
         let registry = Registry::new();
-        let habitats =
-            IntGaugeVec::new(opts!("habitat_operator_habitats", "Habitat objects currently in each phase"), &["phase"])
-                .expect("valid metric");
+        let habitats = IntGaugeVec::new(
+            opts!(
+                "habitat_operator_habitats",
+                "Habitat objects currently in each phase"
+            ),
+            &["phase"],
+        )
+        .expect("valid metric");
         let transitions = IntCounterVec::new(
-            opts!("habitat_operator_phase_transitions_total", "Phase transitions of Habitat objects"),
+            opts!(
+                "habitat_operator_phase_transitions_total",
+                "Phase transitions of Habitat objects"
+            ),
             &["from", "to"],
         )
         .expect("valid metric");
@@ -44,7 +53,10 @@ impl Metrics {
             histogram_opts!(
                 "habitat_operator_phase_duration_seconds",
                 "Time a Habitat spent in a phase before leaving it",
-                vec![0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0]
+                vec![
+                    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+                    7200.0, 21600.0, 86400.0
+                ]
             ),
             &["phase"],
         )
@@ -59,12 +71,18 @@ impl Metrics {
         )
         .expect("valid metric");
         let reconciles = IntCounterVec::new(
-            opts!("habitat_operator_reconciles_total", "Reconciles by result (success, error)"),
+            opts!(
+                "habitat_operator_reconciles_total",
+                "Reconciles by result (success, error)"
+            ),
             &["result"],
         )
         .expect("valid metric");
         let errors = IntCounterVec::new(
-            opts!("habitat_operator_reconcile_errors_total", "Failed reconciles by error category"),
+            opts!(
+                "habitat_operator_reconcile_errors_total",
+                "Failed reconciles by error category"
+            ),
             &["reason"],
         )
         .expect("valid metric");
@@ -82,9 +100,11 @@ impl Metrics {
             "Times the published leader of a leader-topology Habitat changed",
         )
         .expect("valid metric");
-        let build_info =
-            IntGaugeVec::new(opts!("habitat_operator_build_info", "Build information; always 1"), &["version"])
-                .expect("valid metric");
+        let build_info = IntGaugeVec::new(
+            opts!("habitat_operator_build_info", "Build information; always 1"),
+            &["version"],
+        )
+        .expect("valid metric");
         build_info.with_label_values(&[version]).set(1);
         for c in [
             Box::new(habitats.clone()) as Box<dyn prometheus::core::Collector>,
@@ -105,14 +125,26 @@ impl Metrics {
         for result in ["success", "error"] {
             reconciles.with_label_values(&[result]).inc_by(0);
         }
-        Metrics { registry, habitats, transitions, phase_duration, reconcile_duration, reconciles, errors, backoff, leader_changes }
+        Metrics {
+            registry,
+            habitats,
+            transitions,
+            phase_duration,
+            reconcile_duration,
+            reconciles,
+            errors,
+            backoff,
+            leader_changes,
+        }
     }
 
     /// Sets the per-phase gauge from a full count (objects without a phase count as Pending).
     pub fn set_phase_counts<'a>(&self, phases: impl IntoIterator<Item = Option<&'a str>>) {
         let mut counts = [0i64; Phase::ALL.len()];
         for p in phases {
-            let phase = p.and_then(|s| s.parse::<Phase>().ok()).unwrap_or(Phase::Pending);
+            let phase = p
+                .and_then(|s| s.parse::<Phase>().ok())
+                .unwrap_or(Phase::Pending);
             if let Some(i) = Phase::ALL.iter().position(|x| *x == phase) {
                 counts[i] += 1;
             }
@@ -124,15 +156,22 @@ impl Metrics {
 
     /// Records a transition and how long the object spent in `from`.
     pub fn transition(&self, from: Phase, to: Phase, seconds_in_from: Option<f64>) {
-        self.transitions.with_label_values(&[from.as_str(), to.as_str()]).inc();
+        self.transitions
+            .with_label_values(&[from.as_str(), to.as_str()])
+            .inc();
         if let Some(s) = seconds_in_from {
-            self.phase_duration.with_label_values(&[from.as_str()]).observe(s.max(0.0));
+            self.phase_duration
+                .with_label_values(&[from.as_str()])
+                .observe(s.max(0.0));
         }
     }
 
     /// Starts timing a reconcile; the time is recorded when the guard drops.
     pub fn reconcile_timer(&self) -> ReconcileTimer {
-        ReconcileTimer { start: Instant::now(), histogram: self.reconcile_duration.with_label_values::<&str>(&[]) }
+        ReconcileTimer {
+            start: Instant::now(),
+            histogram: self.reconcile_duration.with_label_values::<&str>(&[]),
+        }
     }
 
     /// Counts a successful reconcile.
@@ -212,7 +251,9 @@ mod tests {
         let m = Metrics::default();
         m.transition(Phase::Pending, Phase::ConfigMapReady, Some(2.0));
         let text = m.render();
-        assert!(text.contains("habitat_operator_phase_transitions_total{from=\"Pending\",to=\"ConfigMapReady\"} 1"));
+        assert!(text.contains(
+            "habitat_operator_phase_transitions_total{from=\"Pending\",to=\"ConfigMapReady\"} 1"
+        ));
         assert!(text.contains("habitat_operator_phase_duration_seconds_count{phase=\"Pending\"} 1"));
     }
 
@@ -220,7 +261,9 @@ mod tests {
     fn errors_are_counted_by_category() {
         let m = Metrics::default();
         m.failed("Apply");
-        assert!(m.render().contains("habitat_operator_reconcile_errors_total{reason=\"Apply\"} 1"));
+        assert!(m
+            .render()
+            .contains("habitat_operator_reconcile_errors_total{reason=\"Apply\"} 1"));
         assert!(m.render().contains("habitat_operator_build_info{version="));
     }
 }

@@ -75,7 +75,9 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let ns = h.namespace().unwrap_or_default();
-    store.get(&ObjectRef::new(name).within(&ns)).map(|o| (*o).clone())
+    store
+        .get(&ObjectRef::new(name).within(&ns))
+        .map(|o| (*o).clone())
 }
 
 /// Reads the snapshot of `h` from the caches. `generated` is a key this process generated for
@@ -87,11 +89,18 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         .pods
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.labels().get(LABEL_NAME) == Some(&name))
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(LABEL_NAME) == Some(&name)
+        })
         .map(|p| (*p).clone())
         .collect();
     let secrets = stores.secrets.state();
-    let in_ns: Vec<&Secret> = secrets.iter().map(|s| &**s).filter(|s| s.namespace().as_deref() == Some(&ns)).collect();
+    let in_ns: Vec<&Secret> = secrets
+        .iter()
+        .map(|s| &**s)
+        .filter(|s| s.namespace().as_deref() == Some(&ns))
+        .collect();
     let find = |n: &str| in_ns.iter().copied().find(|s| s.name_any() == n);
     let mut key = ring::resolve(h, find, in_ns.iter().copied());
     if let (KeyState::ToGenerate { .. }, Some(k)) = (&key, generated) {
@@ -113,7 +122,10 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
 
 /// What is wrong with the Secrets named by `spec.service.configSecretName` and
 /// `filesSecretName`, in words for the user.
-pub fn secret_problem<'a>(h: &Habitat, find: impl Fn(&str) -> Option<&'a Secret>) -> Option<String> {
+pub fn secret_problem<'a>(
+    h: &Habitat,
+    find: impl Fn(&str) -> Option<&'a Secret>,
+) -> Option<String> {
     let svc = &h.spec.service;
     if let Some(name) = &svc.config_secret_name {
         match find(name) {
@@ -126,14 +138,17 @@ pub fn secret_problem<'a>(h: &Habitat, find: impl Fn(&str) -> Option<&'a Secret>
     }
     if let Some(name) = &svc.files_secret_name {
         if find(name).is_none() {
-            return Some(format!("Secret {name} named in spec.service.filesSecretName does not exist"));
+            return Some(format!(
+                "Secret {name} named in spec.service.filesSecretName does not exist"
+            ));
         }
     }
     None
 }
 
 fn has_key(s: &Secret, key: &str) -> bool {
-    s.data.as_ref().is_some_and(|d| d.contains_key(key)) || s.string_data.as_ref().is_some_and(|d| d.contains_key(key))
+    s.data.as_ref().is_some_and(|d| d.contains_key(key))
+        || s.string_data.as_ref().is_some_and(|d| d.contains_key(key))
 }
 
 impl Snapshot {
@@ -183,10 +198,9 @@ impl Snapshot {
         let leader_pod = self.leader.pod();
         let pod_replacement_due = leader_topology
             && !self.replaced_pod
-            && self
-                .statefulset
-                .as_ref()
-                .is_some_and(|s| rollout::next_replacement(s, &self.pods, count, leader_pod).is_some());
+            && self.statefulset.as_ref().is_some_and(|s| {
+                rollout::next_replacement(s, &self.pods, count, leader_pod).is_some()
+            });
         Facts {
             deleting: h.metadata.deletion_timestamp.is_some(),
             spec_invalid: false,
@@ -196,8 +210,14 @@ impl Snapshot {
             referenced_secrets_present: self.secret_problem.is_none(),
             workload_current,
             spec_changed: h.metadata.generation
-                > h.status.as_ref().and_then(|s| s.observed_generation).or(Some(0)),
-            rollout_done: self.statefulset.as_ref().is_some_and(|s| rollout::done(s, count)),
+                > h.status
+                    .as_ref()
+                    .and_then(|s| s.observed_generation)
+                    .or(Some(0)),
+            rollout_done: self
+                .statefulset
+                .as_ref()
+                .is_some_and(|s| rollout::done(s, count)),
             pod_replacement_due,
             leader_topology,
             leader_observed: self.leader != LeaderView::NotObserved,
@@ -207,12 +227,23 @@ impl Snapshot {
     }
 
     fn workload_current(&self, w: &Workload) -> bool {
-        let sts = self.statefulset.as_ref().is_some_and(|s| is_current(&s.metadata, &w.statefulset));
-        let headless = self.headless.as_ref().is_some_and(|s| is_current(&s.metadata, &w.headless));
+        let sts = self
+            .statefulset
+            .as_ref()
+            .is_some_and(|s| is_current(&s.metadata, &w.statefulset));
+        let headless = self
+            .headless
+            .as_ref()
+            .is_some_and(|s| is_current(&s.metadata, &w.headless));
         let leader = match &w.leader {
             Some((svc, pdb)) => {
-                self.leader_service.as_ref().is_some_and(|s| is_current(&s.metadata, svc))
-                    && self.budget.as_ref().is_some_and(|b| is_current(&b.metadata, pdb))
+                self.leader_service
+                    .as_ref()
+                    .is_some_and(|s| is_current(&s.metadata, svc))
+                    && self
+                        .budget
+                        .as_ref()
+                        .is_some_and(|b| is_current(&b.metadata, pdb))
             }
             None => self.leader_service.is_none() && self.budget.is_none(),
         };

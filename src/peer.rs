@@ -23,28 +23,44 @@ pub fn is_ready(p: &Pod) -> bool {
 
 /// The pod's IP, if it has one.
 pub fn pod_ip(p: &Pod) -> Option<&str> {
-    p.status.as_ref().and_then(|s| s.pod_ip.as_deref()).filter(|ip| !ip.is_empty())
+    p.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .filter(|ip| !ip.is_empty())
 }
 
 /// The StatefulSet ordinal of a pod (`name-3` → 3), for a stable order.
 pub fn ordinal(p: &Pod) -> u32 {
-    p.name_any().rsplit_once('-').and_then(|(_, n)| n.parse().ok()).unwrap_or(u32::MAX)
+    p.name_any()
+        .rsplit_once('-')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(u32::MAX)
 }
 
 /// The address for the peer file. Keeps `current` while its pod runs (and is ready, unless no
 /// pod is); otherwise the lowest-ordinal ready pod, else the lowest-ordinal running pod; `None`
 /// when no pod runs.
-pub fn choose<'a>(current: Option<&str>, pods: impl IntoIterator<Item = &'a Pod>) -> Option<String> {
+pub fn choose<'a>(
+    current: Option<&str>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> Option<String> {
     let mut running: Vec<&Pod> = pods.into_iter().filter(|p| is_running(p)).collect();
     running.sort_by_key(|p| ordinal(p));
     let any_ready = running.iter().any(|p| is_ready(p));
     let eligible = |p: &Pod| !any_ready || is_ready(p);
     if let Some(cur) = current.filter(|c| !c.is_empty()) {
-        if running.iter().any(|p| eligible(p) && pod_ip(p) == Some(cur)) {
+        if running
+            .iter()
+            .any(|p| eligible(p) && pod_ip(p) == Some(cur))
+        {
             return Some(cur.to_string());
         }
     }
-    running.iter().find(|p| eligible(p)).and_then(|p| pod_ip(p)).map(str::to_string)
+    running
+        .iter()
+        .find(|p| eligible(p))
+        .and_then(|p| pod_ip(p))
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -56,7 +72,11 @@ pub(crate) mod tests {
     /// A pod `redis-<ordinal>` with `ip`, phase `phase` and readiness `ready`.
     pub fn pod(ordinal: u32, ip: &str, phase: &str, ready: bool) -> Pod {
         Pod {
-            metadata: ObjectMeta { name: Some(format!("redis-{ordinal}")), namespace: Some("ns".into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(format!("redis-{ordinal}")),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
             status: Some(PodStatus {
                 phase: Some(phase.into()),
                 pod_ip: (!ip.is_empty()).then(|| ip.to_string()),
@@ -74,18 +94,33 @@ pub(crate) mod tests {
     #[test]
     fn no_running_pod_means_an_empty_peer_file() {
         assert_eq!(choose(None, &[]), None);
-        assert_eq!(choose(Some("10.0.0.1"), &[pod(0, "10.0.0.1", "Failed", false), pod(1, "", "Pending", false)]), None);
+        assert_eq!(
+            choose(
+                Some("10.0.0.1"),
+                &[
+                    pod(0, "10.0.0.1", "Failed", false),
+                    pod(1, "", "Pending", false)
+                ]
+            ),
+            None
+        );
     }
 
     #[test]
     fn the_current_peer_is_kept_while_it_runs() {
-        let pods = [pod(0, "10.0.0.1", "Running", true), pod(1, "10.0.0.2", "Running", true)];
+        let pods = [
+            pod(0, "10.0.0.1", "Running", true),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
         assert_eq!(choose(Some("10.0.0.2"), &pods).as_deref(), Some("10.0.0.2"));
     }
 
     #[test]
     fn a_dead_peer_is_replaced_by_a_running_pod() {
-        let pods = [pod(0, "10.0.0.1", "Failed", false), pod(1, "10.0.0.2", "Running", true)];
+        let pods = [
+            pod(0, "10.0.0.1", "Failed", false),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
         assert_eq!(choose(Some("10.0.0.1"), &pods).as_deref(), Some("10.0.0.2"));
     }
 
@@ -99,14 +134,20 @@ pub(crate) mod tests {
 
     #[test]
     fn a_peer_that_stops_being_ready_is_replaced_by_a_ready_one() {
-        let pods = [pod(0, "10.0.0.1", "Running", false), pod(1, "10.0.0.2", "Running", true)];
+        let pods = [
+            pod(0, "10.0.0.1", "Running", false),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
         assert_eq!(choose(Some("10.0.0.1"), &pods).as_deref(), Some("10.0.0.2"));
     }
 
     #[test]
     fn running_but_unready_pods_seed_the_group_when_none_is_ready() {
         // Leader groups become ready only after they gossip: the peer must not wait for it.
-        let pods = [pod(1, "10.0.0.2", "Running", false), pod(0, "10.0.0.1", "Running", false)];
+        let pods = [
+            pod(1, "10.0.0.2", "Running", false),
+            pod(0, "10.0.0.1", "Running", false),
+        ];
         assert_eq!(choose(None, &pods).as_deref(), Some("10.0.0.1"));
     }
 }

@@ -38,7 +38,9 @@ const ROLLOUT_POLL: Duration = Duration::from_secs(15);
 /// Reconciles one Habitat. Entry point for kube's `Controller`.
 pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_timer();
-    let ns = h.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
     let name = h.name_any();
     let result = finalizer(&api, FINALIZER, h, |event| async {
@@ -47,10 +49,18 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         }
     })
     .await;
-    let result = result.map_err(|e| match e {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer { name, message: other.to_string() },
-    });
+    let result = match result {
+        Ok(action) => Ok(action),
+        Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
+        // A stale cache entry of an object that is already gone: the deletion is complete.
+        Err(finalizer::Error::RemoveFinalizer(e)) if crate::error::is_not_found(&e) => {
+            Ok(Action::await_change())
+        }
+        Err(other) => Err(Error::Finalizer {
+            name,
+            message: other.to_string(),
+        }),
+    };
     if result.is_ok() {
         ctx.metrics.reconciled();
     }
@@ -62,13 +72,15 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
     let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
-    tracing::warn!(namespace = ?h.namespace(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
+    tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
 
 /// One pass of the pipeline over a Habitat that has the finalizer.
 async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
-    let ns = h.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
     let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
     let persisted = match h.phase_str() {
         None => Phase::Pending,
@@ -77,7 +89,12 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
             Phase::Pending
         }),
     };
-    let generated = h.spec.service.ring.as_ref().and_then(|r| remembered_key(ctx, &ns, &r.name));
+    let generated = h
+        .spec
+        .service
+        .ring
+        .as_ref()
+        .and_then(|r| remembered_key(ctx, &ns, &r.name));
     let mut snap = observe(h, &ctx.stores, generated);
     let mut phase = persisted;
     let mut transitions = Vec::new();
@@ -113,19 +130,42 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     let workload = workload_for(h, &snap);
     let facts = snap.facts(h, workload.as_ref());
     let now = Utc::now();
-    let inputs = Inputs { habitat: h, phase, snapshot: &snap, facts: &facts, outcome: &outcome, phase_changed: !transitions.is_empty(), now };
+    let inputs = Inputs {
+        habitat: h,
+        phase,
+        snapshot: &snap,
+        facts: &facts,
+        outcome: &outcome,
+        phase_changed: !transitions.is_empty(),
+        now,
+    };
     let new_status = status::desired(&inputs);
     let old_status = h.status.clone().unwrap_or_default();
 
-    let since = old_status.last_phase_transition_time.as_ref().map(crate::conditions::from_time);
+    let since = old_status
+        .last_phase_transition_time
+        .as_ref()
+        .map(crate::conditions::from_time);
     for (i, (from, to)) in transitions.iter().enumerate() {
-        let in_from = if i == 0 { since.map(|s| (now - s).num_milliseconds() as f64 / 1000.0) } else { Some(0.0) };
+        let in_from = if i == 0 {
+            since.map(|s| (now - s).num_milliseconds() as f64 / 1000.0)
+        } else {
+            Some(0.0)
+        };
         ctx.metrics.transition(*from, *to, in_from);
-        let why = new_status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.message.clone()).unwrap_or_default();
+        let why = new_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
         notes.push(Note::transition(*from, *to, &why));
         tracing::info!(namespace = %ns, name = %h.name_any(), from = %from, to = %to, "phase transition");
     }
-    notes.extend(user_warnings(&old_status.conditions, &new_status.conditions));
+    notes.extend(user_warnings(
+        &old_status.conditions,
+        &new_status.conditions,
+    ));
     if let Some(e) = &failure {
         let message = e.chain(1024);
         let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
@@ -134,7 +174,10 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
             last.insert(uid.clone(), message);
         }
     } else {
-        ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+        ctx.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
     }
 
     if !status::same(&new_status, &old_status) {
@@ -161,18 +204,31 @@ fn user_warnings(
     old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     new: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> Vec<Note> {
-    let user_reasons = [Reason::SecretNotFound, Reason::KeyMalformed, Reason::ReferencedSecretMissing, Reason::InvalidSpec];
+    let user_reasons = [
+        Reason::SecretNotFound,
+        Reason::KeyMalformed,
+        Reason::ReferencedSecretMissing,
+        Reason::InvalidSpec,
+    ];
     new.iter()
         .filter(|c| c.status == "False" && c.type_ != "Ready")
         .filter(|c| user_reasons.iter().any(|r| r.as_str() == c.reason))
         .filter(|c| !c.message.contains("the operator generates one"))
-        .filter(|c| !old.iter().any(|o| o.type_ == c.type_ && o.reason == c.reason && o.message == c.message))
+        .filter(|c| {
+            !old.iter()
+                .any(|o| o.type_ == c.type_ && o.reason == c.reason && o.message == c.message)
+        })
         .map(|c| Note::warning(&c.reason, c.message.clone()))
         .collect()
 }
 
 /// Writes the status with server-side apply. An object already gone is fine.
-async fn persist(ctx: &Context, h: &Habitat, ns: &str, status: crate::api::HabitatStatus) -> Result<(), Error> {
+async fn persist(
+    ctx: &Context,
+    h: &Habitat,
+    ns: &str,
+    status: crate::api::HabitatStatus,
+) -> Result<(), Error> {
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), ns);
     let body = serde_json::json!({
         "apiVersion": "habitat.sh/v1",
@@ -180,10 +236,22 @@ async fn persist(ctx: &Context, h: &Habitat, ns: &str, status: crate::api::Habit
         "metadata": {"name": h.name_any()},
         "status": status,
     });
-    match api.patch_status(&h.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
+    match api
+        .patch_status(
+            &h.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+    {
         Ok(_) => Ok(()),
-        Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => Ok(()),
-        Err(source) => Err(Error::PersistStatus { name: h.name_any(), source }),
+        Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => {
+            Ok(())
+        }
+        Err(source) => Err(Error::PersistStatus {
+            name: h.name_any(),
+            source,
+        }),
     }
 }
 

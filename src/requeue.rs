@@ -27,28 +27,37 @@ impl Default for Backoffs {
 impl Backoffs {
     /// Delays start near `initial`, double with ±50% jitter, and stop growing at `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Backoffs { initial, max, states: Mutex::new(HashMap::new()) }
+        Backoffs {
+            initial,
+            max,
+            states: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The next delay for `uid`.
     pub fn next(&self, uid: &str) -> Duration {
         let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let state = states.entry(uid.to_string()).or_insert_with(|| ExponentialBackoff {
-            initial_interval: self.initial,
-            current_interval: self.initial,
-            randomization_factor: 0.5,
-            multiplier: 2.0,
-            max_interval: self.max,
-            // Never give up: a Kubernetes object is retried for as long as it exists.
-            max_elapsed_time: None,
-            ..ExponentialBackoff::default()
-        });
+        let state = states
+            .entry(uid.to_string())
+            .or_insert_with(|| ExponentialBackoff {
+                initial_interval: self.initial,
+                current_interval: self.initial,
+                randomization_factor: 0.5,
+                multiplier: 2.0,
+                max_interval: self.max,
+                // Never give up: a Kubernetes object is retried for as long as it exists.
+                max_elapsed_time: None,
+                ..ExponentialBackoff::default()
+            });
         state.next_backoff().unwrap_or(self.max)
     }
 
     /// Forgets `uid`'s failures: the next failure starts from the initial delay.
     pub fn reset(&self, uid: &str) {
-        self.states.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
     }
 }
 
@@ -62,7 +71,10 @@ mod tests {
         let delays: Vec<Duration> = (0..10).map(|_| b.next("a")).collect();
         assert!(delays[0] <= Duration::from_millis(150), "{delays:?}");
         assert!(delays[4] > delays[0], "{delays:?}");
-        assert!(delays.iter().all(|d| *d <= Duration::from_secs(3)), "{delays:?}");
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_secs(3)),
+            "{delays:?}"
+        );
         b.reset("a");
         assert!(b.next("a") <= Duration::from_millis(150));
     }

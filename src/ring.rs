@@ -64,10 +64,15 @@ pub fn resolve<'a>(
     let svc = &h.spec.service;
     if let Some(secret) = &svc.ring_secret_name {
         return match find(secret) {
-            None => KeyState::Missing { secret: secret.clone() },
+            None => KeyState::Missing {
+                secret: secret.clone(),
+            },
             Some(s) => match check_secret(s) {
                 Ok(k) => KeyState::Ready(k),
-                Err(problem) => KeyState::Malformed { secret: secret.clone(), problem },
+                Err(problem) => KeyState::Malformed {
+                    secret: secret.clone(),
+                    problem,
+                },
             },
         };
     }
@@ -84,7 +89,9 @@ pub fn resolve<'a>(
         .max_by(|a, b| a.revision.cmp(&b.revision));
     match best {
         Some(k) => KeyState::Ready(k),
-        None => KeyState::ToGenerate { ring: ring.name.clone() },
+        None => KeyState::ToGenerate {
+            ring: ring.name.clone(),
+        },
     }
 }
 
@@ -96,7 +103,10 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     fn secret(ring: &str, minute: u32) -> Secret {
-        let (name, file) = generate(ring, Utc.with_ymd_and_hms(2026, 11, 30, 10, minute, 0).unwrap());
+        let (name, file) = generate(
+            ring,
+            Utc.with_ymd_and_hms(2026, 11, 30, 10, minute, 0).unwrap(),
+        );
         ring_secret("ns", &name, file)
     }
 
@@ -109,17 +119,25 @@ mod tests {
     fn a_named_secret_is_used_when_well_formed() {
         let s = secret("prod", 0);
         let h = habitat().ring_secret("prod-20261130100000");
-        assert_eq!(resolve(&h, |_| Some(&s), []), KeyState::Ready(KeyName::parse("prod-20261130100000").unwrap()));
+        assert_eq!(
+            resolve(&h, |_| Some(&s), []),
+            KeyState::Ready(KeyName::parse("prod-20261130100000").unwrap())
+        );
     }
 
     #[test]
     fn a_missing_or_malformed_named_secret_is_reported() {
         let h = habitat().ring_secret("prod-20261130100000");
-        assert!(matches!(resolve(&h, |_| None, []), KeyState::Missing { .. }));
+        assert!(matches!(
+            resolve(&h, |_| None, []),
+            KeyState::Missing { .. }
+        ));
         let mut s = secret("prod", 0);
         s.data = None;
         match resolve(&h, |_| Some(&s), []) {
-            KeyState::Malformed { problem, .. } => assert!(problem.contains("has no key \"ring-key\""), "{problem}"),
+            KeyState::Malformed { problem, .. } => {
+                assert!(problem.contains("has no key \"ring-key\""), "{problem}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -128,12 +146,20 @@ mod tests {
     fn a_ring_uses_its_newest_labelled_key_and_ignores_other_rings() {
         let secrets = [secret("prod", 0), secret("prod", 5), secret("dev", 9)];
         let h = habitat().ring("prod");
-        assert_eq!(resolve(&h, |_| None, &secrets), KeyState::Ready(KeyName::parse("prod-20261130100500").unwrap()));
+        assert_eq!(
+            resolve(&h, |_| None, &secrets),
+            KeyState::Ready(KeyName::parse("prod-20261130100500").unwrap())
+        );
     }
 
     #[test]
     fn a_ring_without_a_key_asks_for_generation() {
         let secrets = [secret("dev", 9)];
-        assert_eq!(resolve(&habitat().ring("prod"), |_| None, &secrets), KeyState::ToGenerate { ring: "prod".into() });
+        assert_eq!(
+            resolve(&habitat().ring("prod"), |_| None, &secrets),
+            KeyState::ToGenerate {
+                ring: "prod".into()
+            }
+        );
     }
 }

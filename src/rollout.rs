@@ -25,23 +25,38 @@ pub fn done(sts: &StatefulSet, count: i32) -> bool {
 
 /// Pods whose template revision is not the StatefulSet's update revision.
 pub fn outdated<'a>(sts: &StatefulSet, pods: &'a [Pod]) -> Vec<&'a Pod> {
-    let Some(update) = sts.status.as_ref().and_then(|s| s.update_revision.as_deref()) else {
+    let Some(update) = sts
+        .status
+        .as_ref()
+        .and_then(|s| s.update_revision.as_deref())
+    else {
         return vec![];
     };
-    pods.iter().filter(|p| p.labels().get(REVISION_LABEL).is_some_and(|r| r != update)).collect()
+    pods.iter()
+        .filter(|p| p.labels().get(REVISION_LABEL).is_some_and(|r| r != update))
+        .collect()
 }
 
 /// The next pod to delete so that it comes back at the new revision, when one is due: every
 /// pod of the set exists and is ready (one replacement at a time), and an outdated pod remains.
 /// Followers go first, highest ordinal first; the leader (`leader` pod name or the pod labelled
 /// leader) goes last.
-pub fn next_replacement(sts: &StatefulSet, pods: &[Pod], count: i32, leader: Option<&str>) -> Option<String> {
-    let live: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+pub fn next_replacement(
+    sts: &StatefulSet,
+    pods: &[Pod],
+    count: i32,
+    leader: Option<&str>,
+) -> Option<String> {
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
     if live.len() != usize::try_from(count).unwrap_or(0) || !live.iter().all(|p| is_ready(p)) {
         return None;
     }
     let is_leader = |p: &Pod| {
-        leader.is_some_and(|l| l == p.name_any()) || p.labels().get(LABEL_LEADER).is_some_and(|v| v == "true")
+        leader.is_some_and(|l| l == p.name_any())
+            || p.labels().get(LABEL_LEADER).is_some_and(|v| v == "true")
     };
     let mut candidates = outdated(sts, pods);
     candidates.sort_by_key(|p| (is_leader(p), std::cmp::Reverse(ordinal(p))));
@@ -88,11 +103,20 @@ mod tests {
     fn followers_are_replaced_highest_ordinal_first_and_the_leader_last() {
         let s = sts("new", 3, 3, 0);
         let mut pods = vec![at(0, "old"), at(1, "old"), at(2, "old")];
-        assert_eq!(next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(), Some("redis-1"));
+        assert_eq!(
+            next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(),
+            Some("redis-1")
+        );
         pods[1] = at(1, "new");
-        assert_eq!(next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(), Some("redis-0"));
+        assert_eq!(
+            next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(),
+            Some("redis-0")
+        );
         pods[0] = at(0, "new");
-        assert_eq!(next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(), Some("redis-2"));
+        assert_eq!(
+            next_replacement(&s, &pods, 3, Some("redis-2")).as_deref(),
+            Some("redis-2")
+        );
         pods[2] = at(2, "new");
         assert_eq!(next_replacement(&s, &pods, 3, Some("redis-2")), None);
     }
@@ -101,7 +125,14 @@ mod tests {
     fn nothing_is_replaced_while_a_pod_is_starting_or_missing() {
         let s = sts("new", 3, 2, 0);
         let mut pods = vec![at(0, "old"), at(1, "old"), at(2, "old")];
-        pods[2].status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        pods[2]
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .status = "False".into();
         assert_eq!(next_replacement(&s, &pods, 3, None), None);
         pods.pop();
         assert_eq!(next_replacement(&s, &pods, 3, None), None);

@@ -42,7 +42,9 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunE
                 .await
                 .map_err(|e| RunError::Config(e.to_string()))?
         }
-        None => Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| RunError::Config(e.to_string()))?,
     };
     Ok(Client::try_from(config)?)
 }
@@ -53,7 +55,10 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
     let health = Health::new(metrics.clone(), args.leader_elect);
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
-        .map_err(|source| RunError::Serve { addr: args.metrics_addr, source })?;
+        .map_err(|source| RunError::Serve {
+            addr: args.metrics_addr,
+            source,
+        })?;
     let router = server::router(health.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router).await {
@@ -62,8 +67,18 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
     });
     tracing::info!(addr = %args.metrics_addr, version = env!("CARGO_PKG_VERSION"), "habitat-operator starting");
 
-    let settings = Settings { namespace: args.namespace.clone(), workers: args.workers, ..Settings::default() };
-    let run_controller = controller::run(client.clone(), settings, metrics, health.habitats.clone(), health.synced.clone());
+    let settings = Settings {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        ..Settings::default()
+    };
+    let run_controller = controller::run(
+        client.clone(),
+        settings,
+        metrics,
+        health.habitats.clone(),
+        health.synced.clone(),
+    );
     if !args.leader_elect {
         run_controller.await;
         return Ok(());
@@ -75,7 +90,8 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".to_string()),
         name: "habitat-operator".to_string(),
-        identity: std::env::var("POD_NAME").unwrap_or_else(|_| format!("habitat-operator-{}", std::process::id())),
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("habitat-operator-{}", std::process::id())),
         duration: Duration::from_secs(15),
         retry: Duration::from_secs(2),
     };

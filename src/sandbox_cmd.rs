@@ -15,19 +15,40 @@ use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
 
 /// Runs the sandbox command.
 pub async fn run(args: SandboxArgs) -> Result<(), String> {
-    let opts = Options { addr: ([127, 0, 0, 1], args.port).into(), ..Options::default() };
-    let sandbox = Sandbox::start(opts).await.map_err(|e| format!("cannot start the sandbox: {e}"))?;
+    let opts = Options {
+        addr: ([127, 0, 0, 1], args.port).into(),
+        ..Options::default()
+    };
+    let sandbox = Sandbox::start(opts)
+        .await
+        .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     println!("sandbox API server on {}", sandbox.url());
     if let Some(path) = &args.kubeconfig_out {
-        std::fs::write(path, sandbox.kubeconfig_yaml()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("kubeconfig written to {} (kubectl --kubeconfig {} get habitats)", path.display(), path.display());
+        std::fs::write(path, sandbox.kubeconfig_yaml())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!(
+            "kubeconfig written to {} (kubectl --kubeconfig {} get habitats)",
+            path.display(),
+            path.display()
+        );
     }
     let crd = serde_yaml::to_string(&Habitat::crd()).map_err(|e| e.to_string())?;
-    sandbox.apply_yaml(&crd).await.map_err(|e| format!("cannot install the CRD: {e}"))?;
-    let files = if args.files.is_empty() { default_manifests() } else { args.files.clone() };
+    sandbox
+        .apply_yaml(&crd)
+        .await
+        .map_err(|e| format!("cannot install the CRD: {e}"))?;
+    let files = if args.files.is_empty() {
+        default_manifests()
+    } else {
+        args.files.clone()
+    };
     for file in &files {
-        let yaml = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        let applied = sandbox.apply_yaml(&yaml).await.map_err(|e| format!("cannot apply {}: {e}", file.display()))?;
+        let yaml = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let applied = sandbox
+            .apply_yaml(&yaml)
+            .await
+            .map_err(|e| format!("cannot apply {}: {e}", file.display()))?;
         for line in applied {
             println!("applied {line} ({})", file.display());
         }
@@ -41,7 +62,10 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
             leader_elect: false,
             leader_elect_namespace: None,
             kubeconfig: None,
-            log: LogArgs { log_level: args.log.log_level.clone(), log_format: args.log.log_format },
+            log: LogArgs {
+                log_level: args.log.log_level.clone(),
+                log_format: args.log.log_format,
+            },
         };
         let operator_client = client.clone();
         tokio::spawn(async move {
@@ -49,7 +73,10 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
                 eprintln!("habitat-operator: {e}");
             }
         });
-        println!("operator running; metrics on http://{}/metrics", args.metrics_addr);
+        println!(
+            "operator running; metrics on http://{}/metrics",
+            args.metrics_addr
+        );
     }
     let outcome = watch(&client, &args).await;
     sandbox.shutdown().await;
@@ -58,11 +85,19 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
 
 /// `examples/*/habitat.yml`, from the working directory or the source tree.
 fn default_manifests() -> Vec<PathBuf> {
-    let roots = [PathBuf::from("examples"), Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")];
+    let roots = [
+        PathBuf::from("examples"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+    ];
     for root in roots {
-        let Ok(entries) = std::fs::read_dir(&root) else { continue };
-        let mut files: Vec<PathBuf> =
-            entries.flatten().map(|e| e.path().join("habitat.yml")).filter(|p| p.is_file()).collect();
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path().join("habitat.yml"))
+            .filter(|p| p.is_file())
+            .collect();
         files.sort();
         if !files.is_empty() {
             return files;
@@ -73,7 +108,9 @@ fn default_manifests() -> Vec<PathBuf> {
 
 async fn client_for(sandbox: &Sandbox) -> Result<Client, String> {
     let kc = Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).map_err(|e| e.to_string())?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.map_err(|e| e.to_string())?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
     Client::try_from(config).map_err(|e| e.to_string())
 }
 
@@ -83,22 +120,37 @@ async fn watch(client: &Client, args: &SandboxArgs) -> Result<(), String> {
     let start = Instant::now();
     let mut last = String::new();
     loop {
-        let list = api.list(&ListParams::default()).await.map_err(|e| format!("cannot list Habitats: {e}"))?;
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("cannot list Habitats: {e}"))?;
         let table = render(&list.items);
         if table != last {
             println!("--- {:>5.1}s\n{table}", start.elapsed().as_secs_f64());
             last = table;
         }
-        let all_ready = !list.items.is_empty() && list.items.iter().all(|h| h.phase_str() == Some("Ready"));
+        let all_ready =
+            !list.items.is_empty() && list.items.iter().all(|h| h.phase_str() == Some("Ready"));
         if args.until_ready && all_ready {
-            println!("every Habitat is Ready after {:.1}s", start.elapsed().as_secs_f64());
+            println!(
+                "every Habitat is Ready after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
             return Ok(());
         }
         if args.until_ready && start.elapsed() > Duration::from_secs(args.timeout) {
             for h in list.items.iter().filter(|h| h.phase_str() != Some("Ready")) {
-                println!("{}/{} is blocked: {}", h.namespace().unwrap_or_default(), h.name_any(), blocked_reason(h));
+                println!(
+                    "{}/{} is blocked: {}",
+                    h.namespace().unwrap_or_default(),
+                    h.name_any(),
+                    blocked_reason(h)
+                );
             }
-            return Err(format!("not every Habitat was Ready within {}s", args.timeout));
+            return Err(format!(
+                "not every Habitat was Ready within {}s",
+                args.timeout
+            ));
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -108,7 +160,11 @@ async fn watch(client: &Client, args: &SandboxArgs) -> Result<(), String> {
 }
 
 fn blocked_reason(h: &Habitat) -> String {
-    let conditions = h.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let conditions = h
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
     conditions
         .iter()
         .find(|c| c.type_ == "Ready")
@@ -130,9 +186,14 @@ fn render(items: &[Habitat]) -> String {
             ],
         );
     }
-    let mut out = format!("{:<14} {:<22} {:<15} {:<6} {:<16} {}\n", "NAMESPACE", "NAME", "PHASE", "READY", "LEADER", "TOPOLOGY");
+    let mut out = format!(
+        "{:<14} {:<22} {:<15} {:<6} {:<16} {}\n",
+        "NAMESPACE", "NAME", "PHASE", "READY", "LEADER", "TOPOLOGY"
+    );
     for ((ns, name), [phase, ready, leader, topology]) in rows {
-        out.push_str(&format!("{ns:<14} {name:<22} {phase:<15} {ready:<6} {leader:<16} {topology}\n"));
+        out.push_str(&format!(
+            "{ns:<14} {name:<22} {phase:<15} {ready:<6} {leader:<16} {topology}\n"
+        ));
     }
     out
 }

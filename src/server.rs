@@ -45,9 +45,13 @@ async fn metrics(State(h): State<Health>) -> impl IntoResponse {
     // deletions, never accumulated.
     if let Some(store) = h.habitats.get() {
         let all = store.state();
-        h.metrics.set_phase_counts(all.iter().map(|x| x.phase_str()));
+        h.metrics
+            .set_phase_counts(all.iter().map(|x| x.phase_str()));
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.metrics.render())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        h.metrics.render(),
+    )
 }
 
 async fn healthz() -> &'static str {
@@ -55,7 +59,10 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
-    match (h.synced.load(Ordering::SeqCst), h.leading.load(Ordering::SeqCst)) {
+    match (
+        h.synced.load(Ordering::SeqCst),
+        h.leading.load(Ordering::SeqCst),
+    ) {
         (true, true) => (StatusCode::OK, "ok"),
         (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
         (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "not the leader"),

@@ -45,13 +45,19 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
     let h = i.habitat;
     let previous = h.status.clone().unwrap_or_default();
     let generation = h.metadata.generation.unwrap_or(0);
-    let sts_status = i.snapshot.statefulset.as_ref().and_then(|s| s.status.as_ref());
+    let sts_status = i
+        .snapshot
+        .statefulset
+        .as_ref()
+        .and_then(|s| s.status.as_ref());
     let replicas = sts_status.map(|s| s.replicas).unwrap_or(0);
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let leader = match &i.snapshot.leader {
         LeaderView::Observed { pod, .. } => pod.clone(),
         // The census could not be read: keep what was known rather than blanking the column.
-        LeaderView::Unreachable(_) | LeaderView::NotObserved if h.spec.service.topology == Topology::Leader => {
+        LeaderView::Unreachable(_) | LeaderView::NotObserved
+            if h.spec.service.topology == Topology::Leader =>
+        {
             previous.leader.clone()
         }
         _ => None,
@@ -67,7 +73,9 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
         peer_ip: i.snapshot.current_peer().map(str::to_string),
         leader,
         ring_secret_name: i.snapshot.key.key().map(|k| k.full()),
-        last_phase_transition_time: if i.phase_changed || previous.last_phase_transition_time.is_none() {
+        last_phase_transition_time: if i.phase_changed
+            || previous.last_phase_transition_time.is_none()
+        {
             Some(conditions::to_time(i.now))
         } else {
             previous.last_phase_transition_time
@@ -77,7 +85,10 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
 
 /// Whether two statuses say the same thing (conditions compared regardless of order).
 pub fn same(a: &HabitatStatus, b: &HabitatStatus) -> bool {
-    let strip = |s: &HabitatStatus| HabitatStatus { conditions: vec![], ..s.clone() };
+    let strip = |s: &HabitatStatus| HabitatStatus {
+        conditions: vec![],
+        ..s.clone()
+    };
     strip(a) == strip(b) && conditions::same(&a.conditions, &b.conditions)
 }
 
@@ -90,9 +101,24 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
     let mut out = Vec::with_capacity(7);
 
     out.push(match (&s.peer_config, s.current_peer()) {
-        (Some(_), Some(ip)) => Desired::new(T::ConfigMapReady, true, R::PeerSelected, format!("the peer file points to {ip}")),
-        (Some(_), None) => Desired::new(T::ConfigMapReady, true, R::NoRunningPod, "no pod runs yet; the peer file is empty"),
-        (None, _) => Desired::new(T::ConfigMapReady, false, R::PeerConfigPending, format!("ConfigMap {}-peer is not created yet", name)),
+        (Some(_), Some(ip)) => Desired::new(
+            T::ConfigMapReady,
+            true,
+            R::PeerSelected,
+            format!("the peer file points to {ip}"),
+        ),
+        (Some(_), None) => Desired::new(
+            T::ConfigMapReady,
+            true,
+            R::NoRunningPod,
+            "no pod runs yet; the peer file is empty",
+        ),
+        (None, _) => Desired::new(
+            T::ConfigMapReady,
+            false,
+            R::PeerConfigPending,
+            format!("ConfigMap {}-peer is not created yet", name),
+        ),
     });
 
     out.push(match &s.key {
@@ -109,26 +135,70 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
     });
 
     out.push(match (&s.secret_problem, f.workload_current) {
-        (Some(problem), _) => Desired::new(T::Deployed, false, R::ReferencedSecretMissing, problem.clone()),
-        (None, true) => Desired::new(T::Deployed, true, R::UpToDate, format!("StatefulSet {name} matches generation {}", h.metadata.generation.unwrap_or(0))),
-        (None, false) => Desired::new(T::Deployed, false, R::NotApplied, "the StatefulSet has not been applied for the current spec yet"),
+        (Some(problem), _) => Desired::new(
+            T::Deployed,
+            false,
+            R::ReferencedSecretMissing,
+            problem.clone(),
+        ),
+        (None, true) => Desired::new(
+            T::Deployed,
+            true,
+            R::UpToDate,
+            format!(
+                "StatefulSet {name} matches generation {}",
+                h.metadata.generation.unwrap_or(0)
+            ),
+        ),
+        (None, false) => Desired::new(
+            T::Deployed,
+            false,
+            R::NotApplied,
+            "the StatefulSet has not been applied for the current spec yet",
+        ),
     });
 
     let available = ready_replicas == count && f.rollout_done;
     out.push(if available {
-        Desired::new(T::Available, true, R::AllReplicasReady, format!("{ready_replicas}/{count} replicas ready"))
+        Desired::new(
+            T::Available,
+            true,
+            R::AllReplicasReady,
+            format!("{ready_replicas}/{count} replicas ready"),
+        )
     } else {
-        Desired::new(T::Available, false, R::ReplicasNotReady, format!("{ready_replicas}/{count} replicas ready"))
+        Desired::new(
+            T::Available,
+            false,
+            R::ReplicasNotReady,
+            format!("{ready_replicas}/{count} replicas ready"),
+        )
     });
 
     if h.spec.service.topology == Topology::Leader {
         out.push(leader_condition(h, &s.leader));
     }
 
-    let progressing = matches!(i.phase, Phase::Deploying | Phase::Updating | Phase::LeaderElected);
+    let progressing = matches!(
+        i.phase,
+        Phase::Deploying | Phase::Updating | Phase::LeaderElected
+    );
     out.push(match i.phase {
-        Phase::Terminating => Desired::new(T::Progressing, false, R::Terminating, "the Habitat is being deleted"),
-        _ if progressing => Desired::new(T::Progressing, true, R::RollingOut, format!("rolling out generation {}", h.metadata.generation.unwrap_or(0))),
+        Phase::Terminating => Desired::new(
+            T::Progressing,
+            false,
+            R::Terminating,
+            "the Habitat is being deleted",
+        ),
+        _ if progressing => Desired::new(
+            T::Progressing,
+            true,
+            R::RollingOut,
+            format!(
+                "rolling out generation {}",
+                h.metadata.generation.unwrap_or(0)
+            ),
+        ),
         _ => Desired::new(T::Progressing, false, R::Settled, "no rollout in progress"),
     });
 
@@ -142,7 +212,10 @@ fn leader_condition(h: &Habitat, view: &LeaderView) -> Desired {
     let warning = if count < 3 {
         format!("; warning: a leader group needs at least 3 members to survive the loss of one (count is {count})")
     } else if count % 2 == 0 {
-        format!("; warning: an even count ({count}) tolerates no more failures than {}", count - 1)
+        format!(
+            "; warning: an even count ({count}) tolerates no more failures than {}",
+            count - 1
+        )
     } else {
         String::new()
     };
@@ -163,26 +236,53 @@ fn leader_condition(h: &Habitat, view: &LeaderView) -> Desired {
         LeaderView::Unreachable(e) => (false, R::CensusUnreachable, format!("cannot read the census: {e}")),
         LeaderView::NotObserved => (false, R::CensusPending, "the census is read once pods run".to_string()),
     };
-    Desired::new(T::LeaderElected, status, reason, format!("{message}{warning}"))
+    Desired::new(
+        T::LeaderElected,
+        status,
+        reason,
+        format!("{message}{warning}"),
+    )
 }
 
 fn ready_condition(i: &Inputs<'_>, others: &[Desired], available: bool) -> Desired {
-    let first_false = others.iter().find(|d| !d.status && d.type_ != T::Progressing);
+    let first_false = others
+        .iter()
+        .find(|d| !d.status && d.type_ != T::Progressing);
     match (i.phase, i.outcome) {
-        (_, Outcome::Failed(msg)) => Desired::new(T::Ready, false, R::ReconcileFailed, format!("{msg}; retrying with backoff")),
-        (Phase::Ready, _) if available && first_false.is_none() => {
-            Desired::new(T::Ready, true, R::HabitatReady, format!("all {} replicas ready", i.habitat.spec.count))
-        }
+        (_, Outcome::Failed(msg)) => Desired::new(
+            T::Ready,
+            false,
+            R::ReconcileFailed,
+            format!("{msg}; retrying with backoff"),
+        ),
+        (Phase::Ready, _) if available && first_false.is_none() => Desired::new(
+            T::Ready,
+            true,
+            R::HabitatReady,
+            format!("all {} replicas ready", i.habitat.spec.count),
+        ),
         (Phase::Ready, _) => Desired::new(
             T::Ready,
             false,
             R::Degraded,
-            first_false.map(|d| d.message.clone()).unwrap_or_else(|| "replicas are not ready".to_string()),
+            first_false
+                .map(|d| d.message.clone())
+                .unwrap_or_else(|| "replicas are not ready".to_string()),
         ),
-        (Phase::Terminating, _) => Desired::new(T::Ready, false, R::Terminating, "the Habitat is being deleted"),
+        (Phase::Terminating, _) => Desired::new(
+            T::Ready,
+            false,
+            R::Terminating,
+            "the Habitat is being deleted",
+        ),
         (phase, _) => {
-            let why = first_false.map(|d| d.message.clone()).unwrap_or_else(|| "waiting for pods".to_string());
-            let reason = first_false.map(|d| d.reason).filter(|r| r.needs_user()).unwrap_or(R::NotYetReady);
+            let why = first_false
+                .map(|d| d.message.clone())
+                .unwrap_or_else(|| "waiting for pods".to_string());
+            let reason = first_false
+                .map(|d| d.reason)
+                .filter(|r| r.needs_user())
+                .unwrap_or(R::NotYetReady);
             Desired::new(T::Ready, false, reason, format!("phase {phase}: {why}"))
         }
     }

@@ -1,1 +1,20 @@
-//! placeholder
+//! A faithful simulated Kubernetes cluster in one process on loopback: API server, StatefulSet
+//! controller, kubelet and Habitat supervisors.
+#![forbid(unsafe_code)]
+
+pub mod builtins;
+pub mod error;
+pub mod events;
+pub mod meta;
+pub mod patch;
+pub mod registry;
+pub mod selector;
+pub mod store;
+pub mod validation;
+
+pub use error::{ApiError, Error};
+pub mod sandbox;
+pub mod server;
+pub mod sim;
+
+pub use sandbox::{Options, Sandbox};

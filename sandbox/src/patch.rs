@@ -47,10 +47,22 @@ pub fn apply_patch(pt: PatchType, target: &Value, patch: &Value) -> Result<Value
         PatchType::Merge => json_patch::merge(&mut out, patch),
         PatchType::Strategic => strategic_merge(&mut out, patch),
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+            // Like the API server's JSON patch library, a `test` of `null` passes on a missing
+            // path (kube-runtime's finalizer helper relies on it for objects without finalizers).
+            let mut patch = patch.clone();
+            if let Some(ops) = patch.as_array_mut() {
+                ops.retain(|op| {
+                    let is_null_test = op.get("op").and_then(Value::as_str) == Some("test")
+                        && op.get("value").is_some_and(Value::is_null);
+                    let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
+                    !(is_null_test && target.pointer(path).is_none_or(Value::is_null))
+                });
+            }
+            let ops: json_patch::Patch = serde_json::from_value(patch)
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut out, &ops)
-                .map_err(|e| ApiError::invalid("Patch", "", format!("the JSON patch failed: {e}")))?;
+            json_patch::patch(&mut out, &ops).map_err(|e| {
+                ApiError::invalid("Patch", "", format!("the JSON patch failed: {e}"))
+            })?;
         }
         PatchType::Apply => {
             return Err(ApiError::bad_request("apply patches need a field manager"));
@@ -60,7 +72,9 @@ pub fn apply_patch(pt: PatchType, target: &Value, patch: &Value) -> Result<Value
 }
 
 fn is_named_list(v: &[Value]) -> bool {
-    !v.is_empty() && v.iter().all(|e| e.get("name").and_then(Value::as_str).is_some())
+    !v.is_empty()
+        && v.iter()
+            .all(|e| e.get("name").and_then(Value::as_str).is_some())
 }
 
 /// A strategic merge patch, simplified: maps merge, lists of objects keyed by `name` merge by
@@ -206,18 +220,31 @@ mod tests {
         let p = json!({"$setElementOrder/containers": [{"name": "a"}],
             "spec": {"containers": [{"name": "a", "image": "z"}, {"name": "b", "$patch": "delete"}]}});
         strategic_merge(&mut t, &p);
-        assert_eq!(t, json!({"spec": {"containers": [{"name": "a", "image": "z"}]}}));
+        assert_eq!(
+            t,
+            json!({"spec": {"containers": [{"name": "a", "image": "z"}]}})
+        );
     }
 
     #[test]
     fn merge_and_json_patch() {
         let t = json!({"a": {"b": 1, "c": 2}});
-        let m = apply_patch(PatchType::Merge, &t, &json!({"a": {"b": null, "d": [1]}})).expect("merge");
+        let m =
+            apply_patch(PatchType::Merge, &t, &json!({"a": {"b": null, "d": [1]}})).expect("merge");
         assert_eq!(m, json!({"a": {"c": 2, "d": [1]}}));
-        let j = apply_patch(PatchType::Json, &t, &json!([{"op": "replace", "path": "/a/b", "value": 5}]))
-            .expect("json");
+        let j = apply_patch(
+            PatchType::Json,
+            &t,
+            &json!([{"op": "replace", "path": "/a/b", "value": 5}]),
+        )
+        .expect("json");
         assert_eq!(j["a"]["b"], 5);
-        assert!(apply_patch(PatchType::Json, &t, &json!([{"op": "test", "path": "/a/b", "value": 9}])).is_err());
+        assert!(apply_patch(
+            PatchType::Json,
+            &t,
+            &json!([{"op": "test", "path": "/a/b", "value": 9}])
+        )
+        .is_err());
     }
 
     #[test]

@@ -71,73 +71,18 @@ impl ResourceType {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn builtin(
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-    namespaced: bool,
-    status: bool,
-    short: &[&str],
-    all: bool,
-) -> ResourceType {
-    ResourceType {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-        singular: kind.to_lowercase(),
-        namespaced,
-        status,
-        generation: matches!(
-            plural,
-            "statefulsets" | "poddisruptionbudgets" | "customresourcedefinitions"
-        ),
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        categories: if all { vec!["all".into()] } else { vec![] },
-        storage: StorageKey::new(group, plural),
-        crd: None,
-    }
-}
-
 /// All resource types currently served.
 #[derive(Debug, Clone)]
 pub struct Registry {
     types: Vec<ResourceType>,
 }
 
-impl Default for Registry {
-    fn default() -> Self {
-        let mut events = builtin("events.k8s.io", "v1", "Event", "events", true, false, &[], false);
-        events.storage = StorageKey::new("", "events");
-        let types = vec![
-            builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"], false),
-            builtin("", "v1", "Pod", "pods", true, true, &["po"], true),
-            builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"], false),
-            builtin("", "v1", "Secret", "secrets", true, false, &[], false),
-            builtin("", "v1", "Service", "services", true, true, &["svc"], true),
-            builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true, &["pvc"], false),
-            builtin("", "v1", "Event", "events", true, false, &["ev"], false),
-            builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false, &["sa"], false),
-            builtin("", "v1", "Endpoints", "endpoints", true, false, &["ep"], false),
-            builtin("apps", "v1", "StatefulSet", "statefulsets", true, true, &["sts"], true),
-            builtin("apps", "v1", "ControllerRevision", "controllerrevisions", true, false, &[], false),
-            builtin("apps", "v1", "Deployment", "deployments", true, true, &["deploy"], true),
-            builtin("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, true, &["pdb"], false),
-            builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[], false),
-            events,
-            builtin("rbac.authorization.k8s.io", "v1", "Role", "roles", true, false, &[], false),
-            builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, false, &[], false),
-            builtin("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, false, &[], false),
-            builtin("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, false, &[], false),
-            builtin("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, true, &["crd", "crds"], false),
-        ];
+impl Registry {
+    /// A registry serving exactly `types`.
+    pub fn from_types(types: Vec<ResourceType>) -> Self {
         Registry { types }
     }
-}
 
-impl Registry {
     /// Find a resource by group, version and plural.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
         self.types
@@ -171,7 +116,7 @@ impl Registry {
             }
         }
         for (_, vs) in &mut out {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }
@@ -211,12 +156,20 @@ pub fn types_from_crd(crd_name: &str, crd: &Value) -> Vec<ResourceType> {
     }
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut versions: Vec<&Value> = spec["versions"]
         .as_array()
-        .map(|a| a.iter().filter(|v| v["served"].as_bool() != Some(false)).collect())
+        .map(|a| {
+            a.iter()
+                .filter(|v| v["served"].as_bool() != Some(false))
+                .collect()
+        })
         .unwrap_or_default();
     versions.sort_by(|a, b| {
         version_priority(b["name"].as_str().unwrap_or_default())
@@ -280,7 +233,13 @@ mod tests {
         let t = r.find("habitat.sh", "v1", "habitats").expect("registered");
         assert!(t.status && t.namespaced);
         assert_eq!(t.short_names, vec!["hab"]);
-        assert_eq!(r.groups().iter().find(|g| g.0 == "habitat.sh").map(|g| g.1[0].as_str()), Some("v1"));
+        assert_eq!(
+            r.groups()
+                .iter()
+                .find(|g| g.0 == "habitat.sh")
+                .map(|g| g.1[0].as_str()),
+            Some("v1")
+        );
         r.unregister_crd("habitats.habitat.sh");
         assert!(r.find("habitat.sh", "v1", "habitats").is_none());
     }

@@ -40,7 +40,10 @@ fn split_top(s: &str) -> Vec<&str> {
         }
     }
     out.push(&s[start..]);
-    out.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect()
+    out.into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn set_values(s: &str) -> Result<Vec<String>, ApiError> {
@@ -48,7 +51,11 @@ fn set_values(s: &str) -> Result<Vec<String>, ApiError> {
         .trim()
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement: found '{s}', expected: '('")))?;
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: found '{s}', expected: '('"
+            ))
+        })?;
     Ok(inner
         .split(',')
         .map(|v| v.trim().to_string())
@@ -104,14 +111,21 @@ impl LabelSelector {
         let mut reqs = Vec::new();
         if let Some(m) = sel["matchLabels"].as_object() {
             for (k, v) in m {
-                reqs.push(Requirement::Eq(k.clone(), v.as_str().unwrap_or_default().into()));
+                reqs.push(Requirement::Eq(
+                    k.clone(),
+                    v.as_str().unwrap_or_default().into(),
+                ));
             }
         }
         for e in sel["matchExpressions"].as_array().into_iter().flatten() {
             let key = e["key"].as_str().unwrap_or_default().to_string();
             let values: Vec<String> = e["values"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default();
             match e["operator"].as_str() {
                 Some("In") => reqs.push(Requirement::In(key, values)),
@@ -200,7 +214,8 @@ mod tests {
     #[test]
     fn field_selectors() {
         let o = json!({"metadata": {"name": "a", "namespace": "ns"}, "involvedObject": {"kind": "Habitat"}});
-        let f = FieldSelector::parse("metadata.name=a,involvedObject.kind==Habitat").expect("parse");
+        let f =
+            FieldSelector::parse("metadata.name=a,involvedObject.kind==Habitat").expect("parse");
         assert!(f.matches(&o));
         let f = FieldSelector::parse("metadata.namespace!=ns").expect("parse");
         assert!(!f.matches(&o));

@@ -15,7 +15,10 @@ pub fn disruption_budget(h: &Habitat) -> PodDisruptionBudget {
         metadata: child_meta(h, h.name_any()),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector { match_labels: Some(h.child_labels()), ..LabelSelector::default() }),
+            selector: Some(LabelSelector {
+                match_labels: Some(h.child_labels()),
+                ..LabelSelector::default()
+            }),
             ..PodDisruptionBudgetSpec::default()
         }),
         ..PodDisruptionBudget::default()
@@ -32,7 +35,10 @@ mod tests {
         let pdb = disruption_budget(&habitat().leader());
         let spec = pdb.spec.unwrap();
         assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
-        assert_eq!(spec.selector.unwrap().match_labels.unwrap()["habitat.sh/name"], "redis");
+        assert_eq!(
+            spec.selector.unwrap().match_labels.unwrap()["habitat.sh/name"],
+            "redis"
+        );
         assert_eq!(pdb.metadata.owner_references.unwrap()[0].kind, "Habitat");
     }
 }

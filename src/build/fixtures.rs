@@ -58,7 +58,11 @@ impl HabitatFixture for Habitat {
         self
     }
     fn bind(mut self, name: &str, service: &str, group: &str) -> Self {
-        self.spec.service.bind.push(Bind { name: name.into(), service: service.into(), group: group.into() });
+        self.spec.service.bind.push(Bind {
+            name: name.into(),
+            service: service.into(),
+            group: group.into(),
+        });
         self
     }
     fn ring(mut self, name: &str) -> Self {
@@ -78,8 +82,11 @@ impl HabitatFixture for Habitat {
         self
     }
     fn storage(mut self, size: &str, path: &str) -> Self {
-        self.spec.persistent_storage =
-            Some(PersistentStorage { size: size.into(), mount_path: path.into(), storage_class_name: None });
+        self.spec.persistent_storage = Some(PersistentStorage {
+            size: size.into(),
+            mount_path: path.into(),
+            storage_class_name: None,
+        });
         self
     }
     fn count(mut self, count: i32) -> Self {

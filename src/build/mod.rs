@@ -48,7 +48,11 @@ pub fn workload(h: &Habitat, ring_key: Option<&KeyName>) -> Workload {
     Workload {
         statefulset: statefulset::statefulset(h, ring_key),
         headless: service::headless_service(h),
-        leader: (h.spec.service.topology == crate::api::Topology::Leader)
-            .then(|| (service::leader_service(h), disruption_budget::disruption_budget(h))),
+        leader: (h.spec.service.topology == crate::api::Topology::Leader).then(|| {
+            (
+                service::leader_service(h),
+                disruption_budget::disruption_budget(h),
+            )
+        }),
     }
 }

@@ -25,7 +25,10 @@ pub fn peer_file_content(peer_ip: Option<&str>) -> String {
 pub fn peer_config(h: &Habitat, peer_ip: Option<&str>) -> ConfigMap {
     ConfigMap {
         metadata: child_meta(h, h.peer_config_name()),
-        data: Some(BTreeMap::from([(PEER_IP_KEY.to_string(), peer_file_content(peer_ip))])),
+        data: Some(BTreeMap::from([(
+            PEER_IP_KEY.to_string(),
+            peer_file_content(peer_ip),
+        )])),
         ..ConfigMap::default()
     }
 }
@@ -52,7 +55,10 @@ mod tests {
     fn the_peer_config_is_owned_by_its_habitat_and_labelled() {
         let cm = peer_config(&habitat(), None);
         let owner = &cm.metadata.owner_references.unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Habitat", "uid-1", Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("Habitat", "uid-1", Some(true))
+        );
         let labels = cm.metadata.labels.unwrap();
         assert_eq!(labels["habitat.sh/name"], "redis");
         assert_eq!(labels["app.kubernetes.io/managed-by"], "habitat-operator");

@@ -58,8 +58,13 @@ impl KeyName {
     /// Splits `<ring>-<14 digits>`.
     pub fn parse(name: &str) -> Option<KeyName> {
         let (ring, revision) = name.rsplit_once('-')?;
-        let valid = !ring.is_empty() && revision.len() == 14 && revision.bytes().all(|b| b.is_ascii_digit());
-        valid.then(|| KeyName { ring: ring.to_string(), revision: revision.to_string() })
+        let valid = !ring.is_empty()
+            && revision.len() == 14
+            && revision.bytes().all(|b| b.is_ascii_digit());
+        valid.then(|| KeyName {
+            ring: ring.to_string(),
+            revision: revision.to_string(),
+        })
     }
 
     /// `<ring>-<revision>`, the Secret's name and the key file's name line.
@@ -84,7 +89,10 @@ pub fn parse(content: &[u8], secret_name: Option<&str>) -> Result<KeyName, RingK
     let name = KeyName::parse(name_line).ok_or(RingKeyError::Name)?;
     if let Some(expected) = secret_name {
         if expected != name_line {
-            return Err(RingKeyError::NameMismatch { found: name_line.into(), expected: expected.into() });
+            return Err(RingKeyError::NameMismatch {
+                found: name_line.into(),
+                expected: expected.into(),
+            });
         }
     }
     let key = lines.nth(1).map(str::trim).unwrap_or_default();
@@ -98,7 +106,10 @@ pub fn parse(content: &[u8], secret_name: Option<&str>) -> Result<KeyName, RingK
 pub fn generate(ring: &str, now: DateTime<Utc>) -> (KeyName, String) {
     let mut key = [0u8; KEY_BYTES];
     OsRng.fill_bytes(&mut key);
-    let name = KeyName { ring: ring.to_string(), revision: now.format("%Y%m%d%H%M%S").to_string() };
+    let name = KeyName {
+        ring: ring.to_string(),
+        revision: now.format("%Y%m%d%H%M%S").to_string(),
+    };
     let file = format!("{KEY_VERSION}\n{}\n\n{}", name.full(), STANDARD.encode(key));
     (name, file)
 }
@@ -116,7 +127,10 @@ pub fn ring_secret(namespace: &str, name: &KeyName, file: String) -> Secret {
             ])),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([(RING_KEY_DATA_KEY.to_string(), ByteString(file.into_bytes()))])),
+        data: Some(BTreeMap::from([(
+            RING_KEY_DATA_KEY.to_string(),
+            ByteString(file.into_bytes()),
+        )])),
         type_: Some("Opaque".to_string()),
         ..Secret::default()
     }
@@ -143,7 +157,10 @@ mod tests {
         assert_eq!(lines[3].len(), 44);
         assert!(lines[3].ends_with('=') && !lines[3].ends_with("=="));
         assert_eq!(STANDARD.decode(lines[3]).unwrap().len(), 32);
-        assert_eq!(parse(file.as_bytes(), Some("prod-20261130101500")), Ok(name));
+        assert_eq!(
+            parse(file.as_bytes(), Some("prod-20261130101500")),
+            Ok(name)
+        );
     }
 
     #[test]
@@ -154,25 +171,47 @@ mod tests {
     #[test]
     fn a_key_with_a_dashed_ring_name_is_accepted() {
         let file = "SYM-SEC-1\nexample-encrypted-ring-20170829113029\n\nQFfoq4vNlg3zJzzQb5Cd7rgR0zKstWPzOR5iC5ZQjNY=";
-        let name = parse(file.as_bytes(), Some("example-encrypted-ring-20170829113029")).unwrap();
+        let name = parse(
+            file.as_bytes(),
+            Some("example-encrypted-ring-20170829113029"),
+        )
+        .unwrap();
         assert_eq!(name.ring, "example-encrypted-ring");
-        assert_eq!(name.cache_path(), "/hab/cache/keys/example-encrypted-ring-20170829113029.sym.key");
+        assert_eq!(
+            name.cache_path(),
+            "/hab/cache/keys/example-encrypted-ring-20170829113029.sym.key"
+        );
     }
 
     #[test]
     fn malformed_keys_are_rejected_with_the_reason() {
         let ok_key = STANDARD.encode([7u8; 32]);
         let cases = [
-            (format!("SYM-1\nprod-20261130101500\n\n{ok_key}"), RingKeyError::Version),
-            (format!("SYM-SEC-1\nprod-2026\n\n{ok_key}"), RingKeyError::Name),
-            ("SYM-SEC-1\nprod-20261130101500\n\nc2hvcnQ=".to_string(), RingKeyError::Key),
-            ("SYM-SEC-1\nprod-20261130101500".to_string(), RingKeyError::Key),
+            (
+                format!("SYM-1\nprod-20261130101500\n\n{ok_key}"),
+                RingKeyError::Version,
+            ),
+            (
+                format!("SYM-SEC-1\nprod-2026\n\n{ok_key}"),
+                RingKeyError::Name,
+            ),
+            (
+                "SYM-SEC-1\nprod-20261130101500\n\nc2hvcnQ=".to_string(),
+                RingKeyError::Key,
+            ),
+            (
+                "SYM-SEC-1\nprod-20261130101500".to_string(),
+                RingKeyError::Key,
+            ),
         ];
         for (file, err) in cases {
             assert_eq!(parse(file.as_bytes(), None), Err(err), "{file}");
         }
         let other = format!("SYM-SEC-1\nprod-20261130101500\n\n{ok_key}");
-        assert!(matches!(parse(other.as_bytes(), Some("prod-20200101000000")), Err(RingKeyError::NameMismatch { .. })));
+        assert!(matches!(
+            parse(other.as_bytes(), Some("prod-20200101000000")),
+            Err(RingKeyError::NameMismatch { .. })
+        ));
     }
 
     #[test]

@@ -31,7 +31,11 @@ pub fn leader_service(h: &Habitat) -> Service {
     selector.insert(LABEL_LEADER.to_string(), "true".to_string());
     Service {
         metadata: child_meta(h, h.leader_service_name()),
-        spec: Some(ServiceSpec { selector: Some(selector), ports: Some(ports()), ..ServiceSpec::default() }),
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(ports()),
+            ..ServiceSpec::default()
+        }),
         ..Service::default()
     }
 }
@@ -63,8 +67,20 @@ mod tests {
         let spec = s.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
         assert_eq!(spec.publish_not_ready_addresses, Some(true));
-        let ports: Vec<_> = spec.ports.unwrap().into_iter().map(|p| (p.port, p.protocol.unwrap())).collect();
-        assert_eq!(ports, vec![(9631, "TCP".into()), (9638, "TCP".into()), (9638, "UDP".into())]);
+        let ports: Vec<_> = spec
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.port, p.protocol.unwrap()))
+            .collect();
+        assert_eq!(
+            ports,
+            vec![
+                (9631, "TCP".into()),
+                (9638, "TCP".into()),
+                (9638, "UDP".into())
+            ]
+        );
         assert_eq!(spec.selector.unwrap()["habitat.sh/name"], "redis");
     }
 

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
+    SecretVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -41,7 +41,10 @@ pub fn statefulset(h: &Habitat, ring_key: Option<&KeyName>) -> StatefulSet {
     let name = h.name_any();
     let selector = h.child_labels();
     let mut pod_labels = selector.clone();
-    pod_labels.insert(LABEL_TOPOLOGY.to_string(), h.spec.service.topology.as_str().to_string());
+    pod_labels.insert(
+        LABEL_TOPOLOGY.to_string(),
+        h.spec.service.topology.as_str().to_string(),
+    );
     // Leader topology: the operator replaces pods itself, followers first and the leader last.
     let strategy = match h.spec.service.topology {
         Topology::Standalone => "RollingUpdate",
@@ -51,24 +54,39 @@ pub fn statefulset(h: &Habitat, ring_key: Option<&KeyName>) -> StatefulSet {
         metadata: child_meta(h, name.clone()),
         spec: Some(StatefulSetSpec {
             replicas: Some(h.spec.count),
-            selector: LabelSelector { match_labels: Some(selector), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            },
             service_name: Some(name),
             // Supervisors find each other through gossip; none needs another to be ready first
             // (a leader group cannot become ready one pod at a time).
             pod_management_policy: Some("Parallel".to_string()),
-            update_strategy: Some(StatefulSetUpdateStrategy { type_: Some(strategy.to_string()), rolling_update: None }),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some(strategy.to_string()),
+                rolling_update: None,
+            }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(pod_spec(h, ring_key)),
             },
             volume_claim_templates: h.spec.persistent_storage.as_ref().map(|s| {
                 vec![PersistentVolumeClaim {
-                    metadata: ObjectMeta { name: Some(DATA_VOLUME.to_string()), ..ObjectMeta::default() },
+                    metadata: ObjectMeta {
+                        name: Some(DATA_VOLUME.to_string()),
+                        ..ObjectMeta::default()
+                    },
                     spec: Some(PersistentVolumeClaimSpec {
                         access_modes: Some(vec!["ReadWriteOnce".to_string()]),
                         storage_class_name: s.storage_class_name.clone(),
                         resources: Some(VolumeResourceRequirements {
-                            requests: Some(BTreeMap::from([("storage".to_string(), Quantity(s.size.clone()))])),
+                            requests: Some(BTreeMap::from([(
+                                "storage".to_string(),
+                                Quantity(s.size.clone()),
+                            )])),
                             ..VolumeResourceRequirements::default()
                         }),
                         ..PersistentVolumeClaimSpec::default()
@@ -96,7 +114,10 @@ pub fn supervisor_args(h: &Habitat, ring_key: Option<&KeyName>) -> Vec<String> {
     }
     args.extend(["--peer-watch-file".to_string(), peer_file_path()]);
     for b in &svc.bind {
-        args.extend(["--bind".to_string(), format!("{}:{}.{}", b.name, b.service, b.group)]);
+        args.extend([
+            "--bind".to_string(),
+            format!("{}:{}.{}", b.name, b.service, b.group),
+        ]);
     }
     if let Some(key) = ring_key {
         args.extend(["--ring".to_string(), key.ring.clone()]);
@@ -108,7 +129,10 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
     let svc = &h.spec.service;
     let mut volumes = vec![Volume {
         name: PEER_VOLUME.to_string(),
-        config_map: Some(ConfigMapVolumeSource { name: h.peer_config_name(), ..ConfigMapVolumeSource::default() }),
+        config_map: Some(ConfigMapVolumeSource {
+            name: h.peer_config_name(),
+            ..ConfigMapVolumeSource::default()
+        }),
         ..Volume::default()
     }];
     // A directory mount: a subPath mount would never see the ConfigMap change.
@@ -117,7 +141,12 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
         volumes.push(secret_volume(CONFIG_VOLUME, secret, Some(USER_TOML_KEY)));
         // A directory under /hab/user: live changes reach the supervisor and nothing under
         // /hab/svc is hidden.
-        mounts.push(mount(CONFIG_VOLUME, &format!("/hab/user/{}/config", svc.name), None, true));
+        mounts.push(mount(
+            CONFIG_VOLUME,
+            &format!("/hab/user/{}/config", svc.name),
+            None,
+            true,
+        ));
     }
     let mut init_containers = vec![];
     if let Some(secret) = &svc.files_secret_name {
@@ -146,9 +175,18 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
         mounts.push(mount(FILES_VOLUME, &files_dir, None, false));
     }
     if let Some(key) = ring_key {
-        volumes.push(secret_volume(RING_VOLUME, &key.full(), Some(RING_KEY_DATA_KEY)));
+        volumes.push(secret_volume(
+            RING_VOLUME,
+            &key.full(),
+            Some(RING_KEY_DATA_KEY),
+        ));
         // One file, not the directory: the supervisor writes other keys into its cache.
-        mounts.push(mount(RING_VOLUME, &key.cache_path(), Some(RING_KEY_DATA_KEY), true));
+        mounts.push(mount(
+            RING_VOLUME,
+            &key.cache_path(),
+            Some(RING_KEY_DATA_KEY),
+            true,
+        ));
     }
     if let Some(storage) = &h.spec.persistent_storage {
         mounts.push(mount(DATA_VOLUME, &storage.mount_path, None, false));
@@ -188,7 +226,11 @@ fn secret_volume(volume: &str, secret: &str, only_key: Option<&str>) -> Volume {
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.to_string()),
             items: only_key.map(|k| {
-                vec![k8s_openapi::api::core::v1::KeyToPath { key: k.to_string(), path: k.to_string(), mode: None }]
+                vec![k8s_openapi::api::core::v1::KeyToPath {
+                    key: k.to_string(),
+                    path: k.to_string(),
+                    mode: None,
+                }]
             }),
             ..SecretVolumeSource::default()
         }),

@@ -4,7 +4,16 @@ use super::*;
 use crate::build::fixtures::{habitat, HabitatFixture};
 
 fn args(h: &Habitat, key: Option<&KeyName>) -> Vec<String> {
-    statefulset(h, key).spec.unwrap().template.spec.unwrap().containers[0].args.clone().unwrap()
+    statefulset(h, key)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .args
+        .clone()
+        .unwrap()
 }
 
 fn key() -> KeyName {
@@ -15,26 +24,87 @@ fn key() -> KeyName {
 fn supervisor_arguments_for_each_spec_variant() {
     let peer = "/habitat-operator/peer/peer-ip";
     let cases: Vec<(Habitat, Option<KeyName>, Vec<String>)> = vec![
-        (habitat(), None, vec!["--topology", "standalone", "--group", "default", "--peer-watch-file", peer]),
-        (habitat().leader(), None, vec!["--topology", "leader", "--group", "default", "--peer-watch-file", peer]),
-        (habitat().group("blue"), None, vec!["--topology", "standalone", "--group", "blue", "--peer-watch-file", peer]),
+        (
+            habitat(),
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
+            habitat().leader(),
+            None,
+            vec![
+                "--topology",
+                "leader",
+                "--group",
+                "default",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
+            habitat().group("blue"),
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "blue",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
         (
             habitat().channel("stable"),
             None,
-            vec!["--topology", "standalone", "--group", "default", "--channel", "stable", "--peer-watch-file", peer],
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--channel",
+                "stable",
+                "--peer-watch-file",
+                peer,
+            ],
         ),
         (
-            habitat().bind("db", "postgresql", "default").bind("cache", "redis", "blue"),
+            habitat()
+                .bind("db", "postgresql", "default")
+                .bind("cache", "redis", "blue"),
             None,
             vec![
-                "--topology", "standalone", "--group", "default", "--peer-watch-file", peer, "--bind",
-                "db:postgresql.default", "--bind", "cache:redis.blue",
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--peer-watch-file",
+                peer,
+                "--bind",
+                "db:postgresql.default",
+                "--bind",
+                "cache:redis.blue",
             ],
         ),
         (
             habitat().ring("prod"),
             Some(key()),
-            vec!["--topology", "standalone", "--group", "default", "--peer-watch-file", peer, "--ring", "prod"],
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--peer-watch-file",
+                peer,
+                "--ring",
+                "prod",
+            ],
         ),
     ]
     .into_iter()
@@ -54,7 +124,10 @@ fn the_channel_is_passed_only_when_set() {
 fn the_statefulset_is_named_owned_labelled_and_sized_after_the_habitat() {
     let sts = statefulset(&habitat().count(5), None);
     assert_eq!(sts.metadata.name.as_deref(), Some("redis"));
-    assert_eq!(sts.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+    assert_eq!(
+        sts.metadata.owner_references.as_ref().unwrap()[0].uid,
+        "uid-1"
+    );
     let spec = sts.spec.unwrap();
     assert_eq!(spec.replicas, Some(5));
     assert_eq!(spec.service_name.as_deref(), Some("redis"));
@@ -69,7 +142,15 @@ fn the_statefulset_is_named_owned_labelled_and_sized_after_the_habitat() {
 
 #[test]
 fn leader_topology_rolls_out_on_delete_and_standalone_rolls_by_itself() {
-    let strategy = |h: &Habitat| statefulset(h, None).spec.unwrap().update_strategy.unwrap().type_.unwrap();
+    let strategy = |h: &Habitat| {
+        statefulset(h, None)
+            .spec
+            .unwrap()
+            .update_strategy
+            .unwrap()
+            .type_
+            .unwrap()
+    };
     assert_eq!(strategy(&habitat()), "RollingUpdate");
     assert_eq!(strategy(&habitat().leader()), "OnDelete");
 }
@@ -84,14 +165,24 @@ fn mounts(p: &PodSpec) -> Vec<(String, String, Option<String>, bool)> {
         .clone()
         .unwrap()
         .into_iter()
-        .map(|m| (m.name, m.mount_path, m.sub_path, m.read_only.unwrap_or(false)))
+        .map(|m| {
+            (
+                m.name,
+                m.mount_path,
+                m.sub_path,
+                m.read_only.unwrap_or(false),
+            )
+        })
         .collect()
 }
 
 #[test]
 fn the_peer_file_is_a_directory_mount_of_the_peer_config() {
     let p = pod(&habitat(), None);
-    assert_eq!(mounts(&p), vec![("peer".into(), "/habitat-operator/peer".into(), None, true)]);
+    assert_eq!(
+        mounts(&p),
+        vec![("peer".into(), "/habitat-operator/peer".into(), None, true)]
+    );
     let vol = &p.volumes.unwrap()[0];
     assert_eq!(vol.config_map.as_ref().unwrap().name, "redis-peer");
 }
@@ -99,12 +190,25 @@ fn the_peer_file_is_a_directory_mount_of_the_peer_config() {
 #[test]
 fn the_user_toml_is_mounted_as_a_directory_under_hab_user() {
     let p = pod(&habitat().config_secret("redis-user-toml"), None);
-    assert!(mounts(&p).contains(&("user-config".into(), "/hab/user/redis/config".into(), None, true)));
+    assert!(mounts(&p).contains(&(
+        "user-config".into(),
+        "/hab/user/redis/config".into(),
+        None,
+        true
+    )));
     let vols = p.volumes.unwrap();
-    let v = vols.iter().find(|v| v.name == "user-config").unwrap().secret.clone().unwrap();
+    let v = vols
+        .iter()
+        .find(|v| v.name == "user-config")
+        .unwrap()
+        .secret
+        .clone()
+        .unwrap();
     assert_eq!(v.secret_name.as_deref(), Some("redis-user-toml"));
     assert_eq!(v.items.unwrap()[0].key, "user.toml");
-    assert!(mounts(&pod(&habitat().config_secret("x"), None)).iter().all(|m| !m.1.starts_with("/hab/svc")));
+    assert!(mounts(&pod(&habitat().config_secret("x"), None))
+        .iter()
+        .all(|m| !m.1.starts_with("/hab/svc")));
 }
 
 #[test]
@@ -114,14 +218,21 @@ fn the_files_secret_is_copied_into_a_writable_directory_by_an_init_container() {
     let init = &p.init_containers.unwrap()[0];
     assert!(init.command.as_ref().unwrap()[2].contains("/hab/svc/redis/files"));
     let vols = p.volumes.unwrap();
-    assert!(vols.iter().any(|v| v.name == "files" && v.empty_dir.is_some()));
-    assert!(vols.iter().any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("redis-files")));
+    assert!(vols
+        .iter()
+        .any(|v| v.name == "files" && v.empty_dir.is_some()));
+    assert!(vols
+        .iter()
+        .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("redis-files")));
 }
 
 #[test]
 fn the_ring_key_is_one_file_in_the_key_cache_which_stays_writable() {
     let p = pod(&habitat().ring("prod"), Some(&key()));
-    let ring_mounts: Vec<_> = mounts(&p).into_iter().filter(|m| m.0 == "ring-key").collect();
+    let ring_mounts: Vec<_> = mounts(&p)
+        .into_iter()
+        .filter(|m| m.0 == "ring-key")
+        .collect();
     assert_eq!(
         ring_mounts,
         vec![(
@@ -140,17 +251,43 @@ fn persistent_storage_becomes_a_claim_template_and_a_mount() {
     let spec = statefulset(&h, None).spec.unwrap();
     let claim = &spec.volume_claim_templates.unwrap()[0];
     assert_eq!(claim.metadata.name.as_deref(), Some("data"));
-    let requests = claim.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.clone().unwrap();
+    let requests = claim
+        .spec
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .clone()
+        .unwrap();
     assert_eq!(requests["storage"].0, "1Gi");
-    assert!(mounts(&spec.template.spec.unwrap()).contains(&("data".into(), "/hab/svc/redis/data".into(), None, false)));
+    assert!(mounts(&spec.template.spec.unwrap()).contains(&(
+        "data".into(),
+        "/hab/svc/redis/data".into(),
+        None,
+        false
+    )));
 }
 
 #[test]
 fn ports_and_readiness_probe_follow_the_supervisor() {
     let c = &pod(&habitat().group("blue"), None).containers[0];
-    let ports: Vec<_> =
-        c.ports.clone().unwrap().into_iter().map(|p| (p.container_port, p.protocol.unwrap())).collect();
-    assert_eq!(ports, vec![(9631, "TCP".into()), (9638, "TCP".into()), (9638, "UDP".into())]);
+    let ports: Vec<_> = c
+        .ports
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.container_port, p.protocol.unwrap()))
+        .collect();
+    assert_eq!(
+        ports,
+        vec![
+            (9631, "TCP".into()),
+            (9638, "TCP".into()),
+            (9638, "UDP".into())
+        ]
+    );
     let probe = c.readiness_probe.clone().unwrap().http_get.unwrap();
     assert_eq!(probe.path.as_deref(), Some("/services/redis/blue/health"));
     assert_eq!(probe.port, IntOrString::Int(9631));
@@ -165,5 +302,8 @@ fn env_is_passed_to_the_service_container() {
         value: Some("{}".into()),
         value_from: None,
     }];
-    assert_eq!(pod(&h, None).containers[0].env.as_ref().unwrap()[0].name, "HAB_REDIS");
+    assert_eq!(
+        pod(&h, None).containers[0].env.as_ref().unwrap()[0].name,
+        "HAB_REDIS"
+    );
 }

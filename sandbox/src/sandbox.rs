@@ -1,0 +1,215 @@
+//! The [`Sandbox`]: starts the API server and the simulated controllers, applies manifests.
+
+use crate::error::Error;
+use crate::meta;
+use crate::server::{self, App};
+use crate::store::{DeleteOptions, Store};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// Field manager used by [`Sandbox::apply_yaml`].
+pub const APPLY_MANAGER: &str = "habitat-sandbox";
+
+/// Sandbox options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// API server listen address; port 0 picks a free port. Default 127.0.0.1:0.
+    pub addr: SocketAddr,
+    /// Serve `/census` on pod IPs (default true).
+    pub simulate_supervisors: bool,
+    /// Kubelet delay before a pod goes Running+Ready (default 300 ms).
+    pub pod_ready_delay: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            simulate_supervisors: true,
+            pod_ready_delay: Duration::from_millis(300),
+        }
+    }
+}
+
+/// A running simulated cluster.
+pub struct Sandbox {
+    addr: SocketAddr,
+    store: Arc<Store>,
+    tasks: Vec<JoinHandle<()>>,
+    sim: crate::sim::Simulation,
+    delete_delay: Duration,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("addr", &self.addr).finish()
+    }
+}
+
+impl Sandbox {
+    /// Start the API server and the simulated controllers.
+    pub async fn start(opts: Options) -> Result<Sandbox, Error> {
+        if !opts.addr.ip().is_loopback() {
+            return Err(Error::Manifest(format!(
+                "the sandbox binds only loopback addresses, not {}",
+                opts.addr
+            )));
+        }
+        let listener = tokio::net::TcpListener::bind(opts.addr).await?;
+        let addr = listener.local_addr()?;
+        let store = Arc::new(Store::default());
+        store.lock().sweep();
+        let app = App {
+            store: store.clone(),
+            addr,
+        };
+        let router = server::router(app);
+        let mut tasks = vec![tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!("sandbox API server stopped: {e}");
+            }
+        })];
+        let sweep_store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tick.tick().await;
+                sweep_store.lock().sweep();
+            }
+        }));
+        let sim = crate::sim::Simulation::start(store.clone(), &opts);
+        Ok(Sandbox {
+            addr,
+            store,
+            tasks,
+            sim,
+            delete_delay: opts.pod_ready_delay,
+        })
+    }
+
+    /// The API server URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The shared store (for in-process inspection).
+    pub fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
+    /// A kubeconfig for this sandbox (cluster, user and context `sandbox`, namespace default).
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n    server: {}\nusers:\n- name: sandbox\n  user: {{}}\ncontexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: sandbox\n    namespace: default\ncurrent-context: sandbox\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// Create or update every document of a (multi-document) YAML manifest, in order, with
+    /// server-side apply. Returns `kind/namespace/name` for each object.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<Vec<String>, Error> {
+        let mut out = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v: Value = serde::Deserialize::deserialize(doc)?;
+            if v.is_null() {
+                continue;
+            }
+            let docs = if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) {
+                v["items"].as_array().cloned().unwrap_or_default()
+            } else {
+                vec![v]
+            };
+            for obj in docs {
+                out.push(self.apply_one(obj)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn apply_one(&self, obj: Value) -> Result<String, Error> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = meta::name(&obj).to_string();
+        if api_version.is_empty() || kind.is_empty() || name.is_empty() {
+            return Err(Error::Manifest(format!(
+                "every document needs apiVersion, kind and metadata.name: {obj}"
+            )));
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let mut inner = self.store.lock();
+        let rt = inner
+            .registry
+            .find_kind(group, version, kind)
+            .cloned()
+            .ok_or_else(|| Error::Manifest(format!("no resource for {api_version} {kind}")))?;
+        let ns = if rt.namespaced {
+            let n = meta::namespace(&obj);
+            Some(if n.is_empty() {
+                "default".to_string()
+            } else {
+                n.to_string()
+            })
+        } else {
+            None
+        };
+        inner.patch(
+            &rt,
+            ns.as_deref(),
+            &name,
+            crate::patch::PatchType::Apply,
+            &obj,
+            false,
+            Some(APPLY_MANAGER),
+        )?;
+        Ok(format!("{kind}/{}/{name}", ns.unwrap_or_default()))
+    }
+
+    /// Crash a pod: it goes Failed and not ready at once (its supervisor stops serving and
+    /// becomes `confirmed`), then it is deleted (by its StatefulSet controller, like a real
+    /// one does with failed pods, or after `pod_ready_delay` otherwise) and replaced.
+    pub async fn kill_pod(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        let uid = {
+            let mut inner = self.store.lock();
+            let rt = inner
+                .resource("", "v1", "pods")
+                .ok_or_else(|| Error::Manifest("pods are not served".into()))?;
+            let mut pod = inner.get(&rt, Some(namespace), name)?;
+            crate::sim::kubelet::mark_failed(&mut pod);
+            let pod = inner.update(&rt, Some(namespace), name, pod, true)?;
+            meta::uid_of(&pod).to_string()
+        };
+        let store = self.store.clone();
+        let (ns, name) = (namespace.to_string(), name.to_string());
+        let delay = self.delete_delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut inner = store.lock();
+            let Some(rt) = inner.resource("", "v1", "pods") else {
+                return;
+            };
+            let opts = DeleteOptions {
+                grace_period: Some(0),
+                precondition_uid: Some(uid),
+                ..Default::default()
+            };
+            if let Err(e) = inner.delete(&rt, Some(&ns), &name, &opts) {
+                tracing::debug!("kill_pod cleanup of {ns}/{name}: {e}");
+            }
+        });
+        Ok(())
+    }
+
+    /// Stop everything (API server, controllers, supervisors).
+    pub async fn shutdown(self) {
+        self.sim.shutdown().await;
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}

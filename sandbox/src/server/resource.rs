@@ -1,0 +1,187 @@
+//! Resource handlers: get, list, watch, create, update, patch, delete, deletecollection.
+
+use super::table::{self, Include};
+use super::watch::{self, WatchParams};
+use super::{json_response, App, Req};
+use crate::error::ApiError;
+use crate::patch::{self, PatchType};
+use crate::registry::ResourceType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{DeleteOptions, Inner};
+use axum::http::Method;
+use axum::response::Response;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn parse_json(r: &Req) -> Result<Value, ApiError> {
+    let ct = r.header("content-type");
+    // Only JSON (and YAML) bodies are understood; say so, as an API server does for a media
+    // type it does not serve, so that clients fall back to JSON.
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    let body = &r.body;
+    serde_json::from_slice(body)
+        .or_else(|_| serde_yaml::from_slice(body))
+        .map_err(|e| ApiError::bad_request(format!("unable to decode the request body: {e}")))
+}
+
+fn selectors(r: &Req, name: Option<&str>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = match r.query.get("labelSelector") {
+        Some(s) => LabelSelector::parse(s)?,
+        None => LabelSelector::default(),
+    };
+    let mut fields = match r.query.get("fieldSelector") {
+        Some(s) => FieldSelector::parse(s)?,
+        None => FieldSelector::default(),
+    };
+    if let Some(n) = name {
+        fields.0.push(("metadata.name".into(), true, n.into()));
+    }
+    Ok((labels, fields))
+}
+
+/// Run a write on the store, or on a throwaway copy for `?dryRun=All`.
+fn write<T>(app: &App, r: &Req, f: impl FnOnce(&mut Inner) -> T) -> T {
+    let mut txn = app.store.lock();
+    if r.query.contains_key("dryRun") {
+        let mut copy: Inner = (*txn).clone();
+        f(&mut copy)
+    } else {
+        f(&mut txn)
+    }
+}
+
+/// Handle a request on a resource path.
+pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Response, ApiError> {
+    let rt = app
+        .store
+        .lock()
+        .resource(&p.group, &p.version, &p.plural)
+        .ok_or_else(ApiError::no_route)?;
+    if !rt.namespaced && p.namespace.is_some() {
+        return Err(ApiError::no_route());
+    }
+    let status = match p.sub.as_deref() {
+        None => false,
+        Some("status") if rt.status => true,
+        Some(_) => return Err(ApiError::no_route()),
+    };
+    let ns = p.namespace.as_deref();
+    let name = p.name.as_deref();
+    let store = &app.store;
+    match (&r.method, name) {
+        (&Method::GET, _) if r.flag("watch") => {
+            let (labels, fields) = selectors(&r, name)?;
+            let params = WatchParams {
+                namespace: p.namespace.clone(),
+                resource_version: r.query.get("resourceVersion").cloned(),
+                labels,
+                fields,
+                bookmarks: r.flag("allowWatchBookmarks"),
+                send_initial: r.flag("sendInitialEvents"),
+                timeout: r
+                    .query
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse().ok())
+                    .map(Duration::from_secs),
+                table: r
+                    .wants_table()
+                    .then(|| Include::parse(r.query.get("includeObject").map(String::as_str))),
+            };
+            Ok(watch::serve(store.clone(), rt, params))
+        }
+        (&Method::GET, Some(n)) => {
+            let inner = store.lock();
+            let obj = inner.get(&rt, ns, n)?;
+            if r.wants_table() {
+                let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
+                return Ok(json_response(
+                    200,
+                    &table::build(&inner, &rt, &[obj], inner.rv, inc),
+                ));
+            }
+            Ok(json_response(200, &obj))
+        }
+        (&Method::GET, None) => list(app, &rt, ns, &r),
+        (&Method::POST, None) => {
+            let body = parse_json(&r)?;
+            let obj = write(app, &r, |i| i.create(&rt, ns, body))?;
+            Ok(json_response(201, &obj))
+        }
+        (&Method::PUT, Some(n)) => {
+            let body = parse_json(&r)?;
+            let obj = write(app, &r, |i| i.update(&rt, ns, n, body, status))?;
+            Ok(json_response(200, &obj))
+        }
+        (&Method::PATCH, Some(n)) => {
+            let pt = PatchType::from_content_type(r.header("content-type"))?;
+            let body = patch::parse_body(pt, &r.body)?;
+            let manager = r.query.get("fieldManager").map(String::as_str);
+            let (existed, obj) = write(app, &r, |i| {
+                let existed = i.get(&rt, ns, n).is_ok();
+                (existed, i.patch(&rt, ns, n, pt, &body, status, manager))
+            });
+            Ok(json_response(if existed { 200 } else { 201 }, &obj?))
+        }
+        (&Method::DELETE, Some(n)) => {
+            let body = if r.body.is_empty() {
+                None
+            } else {
+                Some(parse_json(&r)?)
+            };
+            let opts = DeleteOptions::from_parts(body.as_ref(), &r.query);
+            let obj = write(app, &r, |i| i.delete(&rt, ns, n, &opts))?;
+            Ok(json_response(200, &obj))
+        }
+        (&Method::DELETE, None) => {
+            let body = if r.body.is_empty() {
+                None
+            } else {
+                Some(parse_json(&r)?)
+            };
+            let opts = DeleteOptions::from_parts(body.as_ref(), &r.query);
+            let (labels, fields) = selectors(&r, None)?;
+            let mut inner = store.lock();
+            let targets: Vec<Value> = inner
+                .list(&rt, ns)
+                .into_iter()
+                .filter(|o| labels.matches(o) && fields.matches(o))
+                .collect();
+            let mut items = Vec::new();
+            for o in targets {
+                let o_ns = crate::meta::namespace(&o).to_string();
+                let o_ns = (!o_ns.is_empty()).then_some(o_ns);
+                items.push(inner.delete(&rt, o_ns.as_deref(), crate::meta::name(&o), &opts)?);
+            }
+            Ok(json_response(
+                200,
+                &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(),
+                    "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(r, None)?;
+    let inner = app.store.lock();
+    let items: Vec<Value> = inner
+        .list(rt, ns)
+        .into_iter()
+        .filter(|o| labels.matches(o) && fields.matches(o))
+        .collect();
+    if r.wants_table() {
+        let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
+        return Ok(json_response(
+            200,
+            &table::build(&inner, rt, &items, inner.rv, inc),
+        ));
+    }
+    Ok(json_response(
+        200,
+        &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(),
+            "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}),
+    ))
+}

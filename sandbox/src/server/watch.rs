@@ -1,0 +1,194 @@
+//! Watch streams: newline-delimited JSON events replayed from the change history, bookmarks,
+//! `sendInitialEvents`, selector transitions and `timeoutSeconds`.
+
+use super::table::{self, Include};
+use crate::error::ApiError;
+use crate::registry::ResourceType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{ChangeKind, Store};
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How often bookmarks are sent when requested.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Parameters of one watch request.
+#[derive(Debug, Clone)]
+pub struct WatchParams {
+    /// Namespace filter.
+    pub namespace: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial: bool,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+    /// Table output requested (kubectl get -w).
+    pub table: Option<Include>,
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut s = json!({"type": kind, "object": object}).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+/// Start a watch and return its streaming response.
+pub fn serve(store: Arc<Store>, rt: ResourceType, params: WatchParams) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(run(store, rt, params, tx));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_default()
+}
+
+struct Watcher {
+    rt: ResourceType,
+    p: WatchParams,
+}
+
+impl Watcher {
+    fn matches(&self, o: &Value) -> bool {
+        self.p.labels.matches(o) && self.p.fields.matches(o)
+    }
+
+    fn render(&self, inner: &crate::store::Inner, o: &Value) -> Value {
+        match self.p.table {
+            Some(inc) => table::build(inner, &self.rt, std::slice::from_ref(o), inner.rv, inc),
+            None => o.clone(),
+        }
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut md = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(
+            "BOOKMARK",
+            &json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": md}),
+        )
+    }
+}
+
+async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Sender<Bytes>) {
+    let w = Watcher { rt, p };
+    let mut changed = store.subscribe();
+    let rv_param = w.p.resource_version.clone().unwrap_or_default();
+    let (mut pos, first) = {
+        let inner = store.lock();
+        if w.p.send_initial || rv_param.is_empty() || rv_param == "0" {
+            let items: Vec<Bytes> = inner
+                .list(&w.rt, w.p.namespace.as_deref())
+                .into_iter()
+                .filter(|o| w.matches(o))
+                .map(|o| line("ADDED", &w.render(&inner, &o)))
+                .collect();
+            (inner.rv, Ok(items))
+        } else {
+            match rv_param.parse::<u64>() {
+                Err(_) => (
+                    0,
+                    Err(ApiError::bad_request(format!(
+                        "invalid resource version: {rv_param}"
+                    ))),
+                ),
+                Ok(rv) => match inner.changes_since(&w.rt.storage, rv) {
+                    Err(e) => (0, Err(e)),
+                    Ok(_) => (rv, Ok(vec![])),
+                },
+            }
+        }
+    };
+    match first {
+        Err(e) => {
+            let _ = tx.send(line("ERROR", &e.to_status())).await;
+            return;
+        }
+        Ok(items) => {
+            for b in items {
+                if tx.send(b).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    if w.p.send_initial && w.p.bookmarks && tx.send(w.bookmark(pos, true)).await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + w.p.timeout.unwrap_or(Duration::from_secs(1800));
+    let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+    ticker.tick().await;
+    loop {
+        let batch = {
+            let inner = store.lock();
+            match inner.changes_since(&w.rt.storage, pos) {
+                Err(e) => Err(e),
+                Ok(changes) => {
+                    let mut out = Vec::new();
+                    for c in changes {
+                        if w.p
+                            .namespace
+                            .as_deref()
+                            .is_some_and(|n| n != c.key.namespace)
+                        {
+                            continue;
+                        }
+                        let new = inner.view(&w.rt, &c.object);
+                        let now_m = w.matches(&new);
+                        let was_m = c.old.as_ref().map(|o| w.matches(&inner.view(&w.rt, o)));
+                        let kind = match (c.kind, was_m, now_m) {
+                            (ChangeKind::Added, _, true) => "ADDED",
+                            (ChangeKind::Deleted, _, true) => "DELETED",
+                            (ChangeKind::Modified, Some(true), true) => "MODIFIED",
+                            (ChangeKind::Modified, Some(false) | None, true) => "ADDED",
+                            (ChangeKind::Modified, Some(true), false) => "DELETED",
+                            _ => continue,
+                        };
+                        out.push(line(kind, &w.render(&inner, &new)));
+                    }
+                    pos = inner.rv;
+                    Ok(out)
+                }
+            }
+        };
+        match batch {
+            Err(e) => {
+                let _ = tx.send(line("ERROR", &e.to_status())).await;
+                return;
+            }
+            Ok(lines) => {
+                for b in lines {
+                    if tx.send(b).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = tx.closed() => return,
+            _ = ticker.tick() => {
+                if w.p.bookmarks && tx.send(w.bookmark(pos, false)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Per-kind behaviour of the simulated API server: creation defaults, CRD registration and
+//! status, and custom resource admission (schema defaulting and validation).
+
+use super::{Inner, ObjKey};
+use crate::error::ApiError;
+use crate::meta;
+use crate::registry::{ResourceType, StorageKey};
+use crate::validation;
+use rand::Rng;
+use serde_json::{json, Value};
+
+/// Storage key of CRDs.
+pub fn crd_storage() -> StorageKey {
+    StorageKey::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+fn set_default(obj: &mut Value, path: &[&str], value: Value) {
+    let mut cur = obj;
+    for (i, seg) in path.iter().enumerate() {
+        if !cur.is_object() {
+            return;
+        }
+        if i == path.len() - 1 {
+            if cur.get(*seg).is_none_or(Value::is_null) {
+                cur[*seg] = value;
+            }
+            return;
+        }
+        if cur.get(*seg).is_none_or(Value::is_null) {
+            cur[*seg] = json!({});
+        }
+        cur = &mut cur[*seg];
+    }
+}
+
+impl Inner {
+    /// Defaults the real API server (or a built-in controller) fills in on create.
+    pub(super) fn create_defaults(&mut self, rt: &ResourceType, obj: &mut Value) {
+        match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "namespaces") => {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+                obj["status"] = json!({"phase": "Active"});
+            }
+            ("", "pods") => {
+                obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                set_default(obj, &["spec", "restartPolicy"], json!("Always"));
+                set_default(obj, &["spec", "dnsPolicy"], json!("ClusterFirst"));
+                set_default(obj, &["spec", "schedulerName"], json!("default-scheduler"));
+                set_default(obj, &["spec", "serviceAccountName"], json!("default"));
+            }
+            ("", "services") => {
+                set_default(obj, &["spec", "type"], json!("ClusterIP"));
+                set_default(obj, &["spec", "sessionAffinity"], json!("None"));
+                if obj["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) {
+                    let mut rng = rand::thread_rng();
+                    let ip = format!(
+                        "10.96.{}.{}",
+                        rng.gen_range(0..=255),
+                        rng.gen_range(1..=254)
+                    );
+                    obj["spec"]["clusterIP"] = json!(ip);
+                }
+                let ip = obj["spec"]["clusterIP"].clone();
+                set_default(obj, &["spec", "clusterIPs"], json!([ip]));
+                obj["status"] = json!({"loadBalancer": {}});
+            }
+            ("", "persistentvolumeclaims") => {
+                let uid = meta::uid_of(obj).to_string();
+                set_default(obj, &["spec", "volumeName"], json!(format!("pvc-{uid}")));
+                set_default(obj, &["spec", "storageClassName"], json!("standard"));
+                set_default(obj, &["spec", "volumeMode"], json!("Filesystem"));
+                obj["status"] = json!({
+                    "phase": "Bound",
+                    "accessModes": obj["spec"]["accessModes"].clone(),
+                    "capacity": {"storage": obj["spec"]["resources"]["requests"]["storage"].clone()},
+                });
+            }
+            ("apps", "statefulsets") => {
+                set_default(obj, &["spec", "replicas"], json!(1));
+                set_default(obj, &["spec", "podManagementPolicy"], json!("OrderedReady"));
+                set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+                set_default(
+                    obj,
+                    &["spec", "updateStrategy"],
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                );
+                set_default(
+                    obj,
+                    &["spec", "persistentVolumeClaimRetentionPolicy"],
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                );
+                obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
+            }
+            _ => {}
+        }
+    }
+
+    /// Admission: CRD status, custom resource defaulting, pruning-free validation.
+    pub(super) fn admit(
+        &self,
+        rt: &ResourceType,
+        mut obj: Value,
+        old: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        if rt.storage == crd_storage() {
+            crd_status(&mut obj, old);
+            return Ok(obj);
+        }
+        if rt.group.is_empty() && rt.plural == "secrets" {
+            fold_string_data(&mut obj);
+        }
+        let Some(crd_name) = &rt.crd else {
+            return Ok(obj);
+        };
+        let crd_key = ObjKey {
+            storage: crd_storage(),
+            namespace: String::new(),
+            name: crd_name.clone(),
+        };
+        let Some(crd) = self.objects.get(&crd_key) else {
+            return Ok(obj);
+        };
+        let version = crd["spec"]["versions"]
+            .as_array()
+            .and_then(|vs| vs.iter().find(|v| v["name"] == rt.version.as_str()));
+        let Some(schema) = version.map(|v| &v["schema"]["openAPIV3Schema"]) else {
+            return Ok(obj);
+        };
+        validation::apply_defaults(schema, &mut obj);
+        let errors = validation::validate(schema, &obj);
+        if errors.is_empty() {
+            Ok(obj)
+        } else {
+            Err(ApiError::invalid(
+                &rt.kind,
+                meta::name(&obj),
+                errors.join(", "),
+            ))
+        }
+    }
+
+    /// Side effects of a stored write: CRD registration.
+    pub(super) fn after_write(&mut self, rt: &ResourceType, obj: &Value) {
+        if rt.storage == crd_storage() {
+            let name = meta::name(obj).to_string();
+            self.registry.register_crd(&name, obj);
+        }
+    }
+
+    /// True for a pod that the kubelet must finish deleting.
+    pub(super) fn awaits_kubelet(&self, key: &ObjKey, obj: &Value) -> bool {
+        key.storage == StorageKey::new("", "pods")
+            && obj["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+            && obj["metadata"]["deletionGracePeriodSeconds"].as_i64() != Some(0)
+    }
+}
+
+/// Like the API server, a Secret's write-only `stringData` is merged into `data` (base64) and
+/// never stored.
+fn fold_string_data(obj: &mut Value) {
+    use base64::Engine;
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    for (k, v) in strings {
+        let text = v.as_str().unwrap_or_default();
+        data[k.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
+}
+
+fn crd_status(obj: &mut Value, old: Option<&Value>) {
+    let names = obj["spec"]["names"].clone();
+    let mut accepted = names.clone();
+    if accepted.is_object() && accepted.get("singular").is_none() {
+        let kind = names["kind"].as_str().unwrap_or_default().to_lowercase();
+        accepted["singular"] = json!(kind);
+    }
+    let since = old
+        .and_then(|o| o["status"]["conditions"].get(0))
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .map(String::from)
+        .unwrap_or_else(meta::now);
+    let stored: Vec<Value> = obj["spec"]["versions"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v["storage"].as_bool() == Some(true))
+                .map(|v| v["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    obj["status"] = json!({
+        "acceptedNames": accepted,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+             "message": "no conflicts found", "lastTransitionTime": since},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted", "lastTransitionTime": since},
+        ],
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_string_data_is_folded_into_data() {
+        let mut s = json!({"stringData": {"user.toml": "port = 1"}, "data": {"a": "Yg=="}});
+        fold_string_data(&mut s);
+        assert_eq!(
+            s,
+            json!({"data": {"a": "Yg==", "user.toml": "cG9ydCA9IDE="}})
+        );
+    }
+
+    #[test]
+    fn defaults_only_fill_missing() {
+        let mut o = json!({"spec": {"replicas": 3}});
+        set_default(&mut o, &["spec", "replicas"], json!(1));
+        set_default(
+            &mut o,
+            &["spec", "updateStrategy", "type"],
+            json!("RollingUpdate"),
+        );
+        assert_eq!(
+            o,
+            json!({"spec": {"replicas": 3, "updateStrategy": {"type": "RollingUpdate"}}})
+        );
+    }
+
+    #[test]
+    fn crd_status_conditions() {
+        let mut o = json!({"spec": {"names": {"plural": "habitats", "kind": "Habitat"},
+            "versions": [{"name": "v1", "storage": true}]}});
+        crd_status(&mut o, None);
+        assert_eq!(o["status"]["conditions"][1]["type"], "Established");
+        assert_eq!(o["status"]["acceptedNames"]["singular"], "habitat");
+        assert_eq!(o["status"]["storedVersions"], json!(["v1"]));
+    }
+}

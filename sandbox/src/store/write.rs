@@ -1,0 +1,310 @@
+//! Create, update and patch, with status-subresource isolation, generation bumps,
+//! optimistic concurrency and no-op detection.
+
+use super::{ChangeKind, Inner, ObjKey};
+use crate::error::ApiError;
+use crate::meta;
+use crate::patch::{self, PatchType};
+use crate::registry::ResourceType;
+use serde_json::{json, Value};
+
+/// Remove the fields that do not take part in the generation comparison.
+fn spec_part(rt: &ResourceType, obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        if rt.status {
+            m.remove("status");
+        }
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    v
+}
+
+impl Inner {
+    /// Create an object (POST).
+    pub fn create(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let mut obj = self.unview(rt, obj);
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        if !rt.is_event() {
+            obj["apiVersion"] = json!(rt.api_version());
+            obj["kind"] = json!(rt.kind);
+        }
+        let md = meta::meta_mut(&mut obj);
+        let mut name = md
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if name.is_empty() {
+            match md.get("generateName").and_then(Value::as_str) {
+                Some(prefix) if !prefix.is_empty() => {
+                    name = format!("{prefix}{}", meta::name_suffix());
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        &rt.kind,
+                        "",
+                        "metadata.name: Required value: name or generateName is required",
+                    ))
+                }
+            }
+        }
+        let body_ns = md
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if rt.namespaced {
+            let path_ns = ns.unwrap_or_default();
+            if !body_ns.is_empty() && body_ns != path_ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            if path_ns.is_empty() {
+                return Err(ApiError::bad_request("a namespace is required"));
+            }
+            md.insert("namespace".into(), json!(path_ns));
+        } else {
+            md.remove("namespace");
+        }
+        md.insert("name".into(), json!(name));
+        md.insert("uid".into(), json!(meta::uid()));
+        md.insert("creationTimestamp".into(), json!(meta::now()));
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "generation",
+        ] {
+            md.remove(f);
+        }
+        if rt.generation {
+            md.insert("generation".into(), json!(1));
+        }
+        let key = Inner::key(rt, ns, &name);
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        if rt.namespaced {
+            let ns_key = ObjKey {
+                storage: crate::registry::StorageKey::new("", "namespaces"),
+                namespace: String::new(),
+                name: key.namespace.clone(),
+            };
+            match self.objects.get(&ns_key) {
+                None => return Err(ApiError::not_found("", "namespaces", &key.namespace)),
+                Some(n) if meta::is_deleting(n) => {
+                    return Err(ApiError::forbidden(format!(
+                        "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                        rt.plural, key.namespace
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        if rt.status && !rt.is_event() {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
+        obj = self.admit(rt, obj, None)?;
+        self.create_defaults(rt, &mut obj);
+        let rv = self.next_rv();
+        meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.after_write(rt, &obj);
+        self.record(ChangeKind::Added, key, obj.clone(), None);
+        Ok(self.view(rt, &obj))
+    }
+
+    /// Replace an object (PUT), or its status when `status` is true.
+    pub fn update(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let obj = self.unview(rt, obj);
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let body_name = meta::name(&obj);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let key = Inner::key(rt, ns, name);
+        let old = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        self.check_rv(rt, &old, &obj)?;
+        self.commit(rt, key, &old, obj, status)
+    }
+
+    fn check_rv(&self, rt: &ResourceType, old: &Value, new: &Value) -> Result<(), ApiError> {
+        if let Some(rv) = meta::meta_str(new, "resourceVersion") {
+            if Some(rv) != meta::meta_str(old, "resourceVersion") {
+                return Err(ApiError::conflict(&rt.group, &rt.plural, meta::name(old)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Patch an object (PATCH), or its status when `status` is true.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        pt: PatchType,
+        body: &Value,
+        status: bool,
+        manager: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let key = Inner::key(rt, ns, name);
+        let old = self.objects.get(&key).cloned();
+        if pt == PatchType::Apply {
+            let manager = manager.filter(|m| !m.is_empty()).ok_or_else(|| {
+                ApiError::bad_request("PATCH of type apply requires fieldManager")
+            })?;
+            let mut applied = body.clone();
+            if !applied.is_object() {
+                return Err(ApiError::bad_request("the apply body must be an object"));
+            }
+            meta::meta_mut(&mut applied).remove("managedFields");
+            let body_name = meta::name(&applied);
+            if !body_name.is_empty() && body_name != name {
+                return Err(ApiError::bad_request(
+                    "the name in the body does not match the URL",
+                ));
+            }
+            let akey = (key.clone(), manager.to_string(), status);
+            let Some(old) = old else {
+                if status {
+                    return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+                }
+                let mut obj = applied.clone();
+                meta::meta_mut(&mut obj).insert("name".into(), json!(name));
+                let created = self.create(rt, ns, obj)?;
+                self.applied.insert(akey, applied);
+                return Ok(created);
+            };
+            let live = self.view(rt, &old);
+            self.check_rv(rt, &live, &applied)?;
+            let prev = self.applied.get(&akey).cloned();
+            let merged = patch::server_side_apply(&live, &applied, prev.as_ref());
+            let result = self.commit(rt, key, &old, merged, status);
+            if result.is_ok() {
+                self.applied.insert(akey, applied);
+            }
+            return result;
+        }
+        let old = old.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let live = self.view(rt, &old);
+        let candidate = patch::apply_patch(pt, &live, body)?;
+        self.check_rv(rt, &live, &candidate)?;
+        let candidate = self.unview(rt, candidate);
+        self.commit(rt, key, &old, candidate, status)
+    }
+
+    /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
+    pub(super) fn commit(
+        &mut self,
+        rt: &ResourceType,
+        key: ObjKey,
+        old: &Value,
+        candidate: Value,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let mut new = if status {
+            let mut n = old.clone();
+            match candidate.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(m) = n.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            n
+        } else {
+            let mut n = candidate;
+            if rt.status {
+                if let Some(m) = n.as_object_mut() {
+                    match old.get("status") {
+                        Some(s) => {
+                            m.insert("status".into(), s.clone());
+                        }
+                        None => {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            let old_md = old["metadata"].clone();
+            let md = meta::meta_mut(&mut n);
+            for f in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
+                match old_md.get(f) {
+                    Some(v) => md.insert(f.into(), v.clone()),
+                    None => md.remove(f),
+                };
+            }
+            md.remove("managedFields");
+            n
+        };
+        if let Some(m) = new.as_object_mut() {
+            m.insert("apiVersion".into(), old["apiVersion"].clone());
+            m.insert("kind".into(), old["kind"].clone());
+        }
+        meta::meta_mut(&mut new).insert(
+            "resourceVersion".into(),
+            old["metadata"]["resourceVersion"].clone(),
+        );
+        new = self.admit(rt, new, Some(old))?;
+        if rt.generation && spec_part(rt, &new) != spec_part(rt, old) {
+            let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+            meta::meta_mut(&mut new).insert("generation".into(), json!(g));
+        }
+        if new == *old {
+            return Ok(self.view(rt, old));
+        }
+        let rv = self.next_rv();
+        meta::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.after_write(rt, &new);
+        self.record(
+            ChangeKind::Modified,
+            key.clone(),
+            new.clone(),
+            Some(old.clone()),
+        );
+        if meta::is_deleting(&new)
+            && !meta::has_finalizers(&new)
+            && !self.awaits_kubelet(&key, &new)
+        {
+            self.remove(&key, super::Propagation::Background);
+        }
+        Ok(self.view(rt, &new))
+    }
+}

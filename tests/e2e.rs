@@ -1,0 +1,303 @@
+//! End-to-end scenarios: the operator binary runs as its own process against the sandbox (or a
+//! real cluster given `HABITAT_E2E_KUBECONFIG`), and Habitats are created from the examples'
+//! YAML with `kubectl`.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::ListParams;
+use kube::ResourceExt;
+use support::{timeout, wait_for, Env};
+
+macro_rules! require_kubectl {
+    () => {
+        if !support::have_kubectl() {
+            assert!(
+                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+                "kubectl is required but not installed"
+            );
+            eprintln!("skipped: kubectl is not installed");
+            return;
+        }
+    };
+}
+
+/// Every example except `namespaced` (which names its own namespace) reaches Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_reaches_ready() {
+    require_kubectl!();
+    let env = Env::start("examples").await;
+    let mut names = Vec::new();
+    for example in [
+        "standalone",
+        "leader",
+        "bind",
+        "config",
+        "bind-config",
+        "encrypted",
+        "generated-ring",
+        "persisted",
+        "files",
+        "env-vars",
+    ] {
+        env.apply_example(example);
+    }
+    for h in env
+        .habitats()
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+    {
+        names.push(h.name_any());
+    }
+    assert!(names.len() >= 13, "{names:?}");
+    for name in &names {
+        env.wait_phase(name, "Ready", timeout(&env)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready() {
+    require_kubectl!();
+    let env = Env::start("scale").await;
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":3}}"#,
+    ]);
+    let h = env
+        .wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    assert_eq!(
+        h.status.as_ref().and_then(|s| s.ready.clone()).as_deref(),
+        Some("3/3")
+    );
+    assert_eq!(env.pods("example-standalone").await.len(), 3);
+    assert!(env
+        .metrics()
+        .contains(r#"habitat_operator_phase_transitions_total{from="Ready",to="Updating"}"#));
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":1}}"#,
+    ]);
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    wait_for(timeout(&env), "one pod left", || async {
+        env.pods("example-standalone").await.len() == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_change_goes_updating_then_ready_with_new_pods() {
+    require_kubectl!();
+    let env = Env::start("image").await;
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let before: Vec<String> = env
+        .pods("example-standalone")
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#,
+    ]);
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let pods = env.pods("example-standalone").await;
+    let image = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        pods.iter().all(|p| image(p) == "kinvolk/redis-hab:v2"),
+        "{:?}",
+        pods.iter().map(image).collect::<Vec<_>>()
+    );
+    assert!(
+        pods.iter()
+            .all(|p| !before.contains(&p.uid().unwrap_or_default())),
+        "pods were not replaced"
+    );
+    let metrics = env.metrics();
+    assert!(
+        metrics
+            .contains(r#"habitat_operator_phase_transitions_total{from="Ready",to="Updating"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains(r#"habitat_operator_phase_transitions_total{from="Updating",to="Ready"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it() {
+    require_kubectl!();
+    let env = Env::start("peer").await;
+    env.apply_example("standalone");
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":3}}"#,
+    ]);
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let peer = env.peer_ip("example-standalone").await;
+    let pods = env.pods("example-standalone").await;
+    let victim = pods
+        .iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(peer.as_str()))
+        .expect("the peer IP belongs to a pod")
+        .name_any();
+    env.kubectl_ok(&["delete", "pod", &victim, "--wait=false"]);
+    wait_for(
+        timeout(&env),
+        "the peer IP to move to a running pod",
+        || async {
+            let now = env.peer_ip("example-standalone").await;
+            let running: Vec<String> = env
+                .pods("example-standalone")
+                .await
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .filter_map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()))
+                .collect();
+            now != peer && running.contains(&now)
+        },
+    )
+    .await;
+    wait_for(timeout(&env), "three running pods again", || async {
+        env.pods("example-standalone")
+            .await
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count()
+            == 3
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_goes_terminating_and_leaves_only_claims_and_ring_keys() {
+    require_kubectl!();
+    let env = Env::start("delete").await;
+    env.apply_example("persisted");
+    env.apply_example("generated-ring");
+    env.wait_phase("example-persisted", "Ready", timeout(&env))
+        .await;
+    env.wait_phase("example-ring-a", "Ready", timeout(&env))
+        .await;
+    env.wait_phase("example-ring-b", "Ready", timeout(&env))
+        .await;
+    env.kubectl_ok(&["delete", "habitat", "--all", "--wait=true", "--timeout=60s"]);
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=habitat-operator");
+    wait_for(timeout(&env), "every child to be gone", || async {
+        let sts = env
+            .api::<StatefulSet>()
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        let cms = env
+            .api::<ConfigMap>()
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        let svcs = env
+            .api::<Service>()
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        let pods = env
+            .api::<Pod>()
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        sts + cms + svcs + pods == 0
+    })
+    .await;
+    let claims = env
+        .api::<PersistentVolumeClaim>()
+        .list(&ListParams::default())
+        .await
+        .expect("list claims")
+        .items;
+    assert!(
+        claims
+            .iter()
+            .any(|c| c.name_any() == "data-example-persisted-0"),
+        "the claim was deleted"
+    );
+    let keys = env
+        .api::<Secret>()
+        .list(&ListParams::default().labels("habitat.sh/ring=example-ring"))
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(keys.len(), 1, "the ring key was deleted or duplicated");
+    let metrics = env.metrics();
+    assert!(
+        metrics.contains(
+            r#"habitat_operator_phase_transitions_total{from="Ready",to="Terminating"} 3"#
+        ),
+        "{metrics}"
+    );
+    let log = env.operator_log();
+    let noise: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not found") || l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(
+        noise.is_empty(),
+        "error noise while deleting:\n{}",
+        noise.join("\n")
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the phase gauge to drop to zero",
+        || async {
+            env.metrics()
+                .contains(r#"habitat_operator_habitats{phase="Ready"} 0"#)
+        },
+    )
+    .await;
+}

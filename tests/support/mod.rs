@@ -1,0 +1,330 @@
+//! The end-to-end harness: a cluster (the sandbox, or a real one from
+//! `HABITAT_E2E_KUBECONFIG`), a temporary namespace per test, the operator binary as its own
+//! process, and `kubectl` to apply manifests. Objects are created from YAML, never API calls.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use habitat_operator::api::Habitat;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::ListParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt};
+
+/// A child process killed when dropped, even when the test panics.
+pub struct Proc(pub Child, pub &'static str);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(18099)
+}
+
+/// One test's world.
+pub struct Env {
+    /// The kubeconfig file.
+    pub kubeconfig: PathBuf,
+    /// The test's namespace.
+    pub namespace: String,
+    /// A client for assertions.
+    pub client: Client,
+    /// The operator's metrics address.
+    pub metrics: String,
+    _dir: tempfile::TempDir,
+    _sandbox: Option<Proc>,
+    _operator: Option<Proc>,
+    real: bool,
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_habitat-operator")
+}
+
+/// Whether `kubectl` is on the PATH.
+pub fn have_kubectl() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Env {
+    /// Starts a cluster (sandbox unless `HABITAT_E2E_KUBECONFIG` is set), a namespace named
+    /// after `test`, and the operator watching that namespace.
+    pub async fn start(test: &str) -> Env {
+        Self::start_with(test, true).await
+    }
+
+    /// Like [`Env::start`], optionally without the operator.
+    pub async fn start_with(test: &str, operator: bool) -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (kubeconfig, sandbox, real) = match std::env::var_os("HABITAT_E2E_KUBECONFIG") {
+            Some(k) => (PathBuf::from(k), None, true),
+            None => {
+                let kc = dir.path().join("kubeconfig");
+                let log = std::fs::File::create(dir.path().join("sandbox.log")).expect("log file");
+                let child = Command::new(bin())
+                    .args([
+                        "sandbox",
+                        "--no-operator",
+                        "--log-level",
+                        "warn",
+                        "--kubeconfig-out",
+                    ])
+                    .arg(&kc)
+                    .arg(root().join("crds/habitat.yaml"))
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("start the sandbox");
+                let proc = Proc(child, "sandbox");
+                wait_for(
+                    Duration::from_secs(30),
+                    "the sandbox kubeconfig",
+                    || async { kc.is_file() },
+                )
+                .await;
+                (kc, Some(proc), false)
+            }
+        };
+        let suffix: u32 = rand::random::<u32>() % 100_000;
+        let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
+            .chars()
+            .take(60)
+            .collect::<String>();
+        let client = client(&kubeconfig).await;
+        let env_partial = |operator_proc| Env {
+            kubeconfig: kubeconfig.clone(),
+            namespace: namespace.clone(),
+            client: client.clone(),
+            metrics: String::new(),
+            _dir: dir,
+            _sandbox: sandbox,
+            _operator: operator_proc,
+            real,
+        };
+        let mut env = env_partial(None);
+        env.kubectl_ok(&[
+            "apply",
+            "-f",
+            root()
+                .join("crds/habitat.yaml")
+                .to_str()
+                .unwrap_or_default(),
+        ]);
+        env.apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
+        ));
+        if operator {
+            let port = free_port();
+            env.metrics = format!("127.0.0.1:{port}");
+            let log =
+                std::fs::File::create(env._dir.path().join("operator.log")).expect("log file");
+            let child = Command::new(bin())
+                .args([
+                    "run",
+                    "--namespace",
+                    &namespace,
+                    "--metrics-addr",
+                    &env.metrics,
+                    "--log-level",
+                    "info",
+                    "--kubeconfig",
+                ])
+                .arg(&env.kubeconfig)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start the operator");
+            env._operator = Some(Proc(child, "operator"));
+        }
+        env
+    }
+
+    /// The operator's log so far.
+    pub fn operator_log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("operator.log")).unwrap_or_default()
+    }
+
+    /// Runs kubectl in the test namespace and returns (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["-n", &self.namespace])
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs kubectl and panics with its output when it fails.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed: {out}{err}");
+        out
+    }
+
+    /// `kubectl apply -f examples/<name>/habitat.yml` in the test namespace.
+    pub fn apply_example(&self, name: &str) {
+        let path = root().join("examples").join(name).join("habitat.yml");
+        self.kubectl_ok(&["apply", "-f", path.to_str().unwrap_or_default()]);
+    }
+
+    /// Applies YAML text.
+    pub fn apply_yaml(&self, yaml: &str) {
+        let path = self
+            ._dir
+            .path()
+            .join(format!("m-{}.yaml", rand::random::<u32>()));
+        std::fs::write(&path, yaml).expect("write manifest");
+        self.kubectl_ok(&["apply", "-f", path.to_str().unwrap_or_default()]);
+    }
+
+    /// The Habitats API of the namespace.
+    pub fn habitats(&self) -> Api<Habitat> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Any namespaced API of the test namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Waits until `name` is in `phase` and its generation is observed; returns it.
+    pub async fn wait_phase(&self, name: &str, phase: &str, timeout: Duration) -> Habitat {
+        let api = self.habitats();
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(h)) = api.get_opt(name).await {
+                let observed =
+                    h.status.as_ref().and_then(|s| s.observed_generation) == h.metadata.generation;
+                if h.phase_str() == Some(phase) && observed {
+                    return h;
+                }
+                if start.elapsed() > timeout {
+                    panic!(
+                        "{name} did not reach {phase} in {timeout:?}; status: {}\noperator log tail:\n{}",
+                        serde_json::to_string_pretty(&h.status).unwrap_or_default(),
+                        tail(&self.operator_log(), 40)
+                    );
+                }
+            } else if start.elapsed() > timeout {
+                panic!("{name} does not exist after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The Habitat's pods, by name.
+    pub async fn pods(&self, habitat: &str) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!("habitat.sh/name={habitat}"));
+        let mut pods = self
+            .api::<Pod>()
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        pods.sort_by_key(|p| p.name_any());
+        pods
+    }
+
+    /// The address in the Habitat's peer file.
+    pub async fn peer_ip(&self, habitat: &str) -> String {
+        let cm = self
+            .api::<ConfigMap>()
+            .get(&format!("{habitat}-peer"))
+            .await
+            .expect("peer ConfigMap");
+        cm.data
+            .and_then(|d| d.get("peer-ip").cloned())
+            .unwrap_or_default()
+    }
+
+    /// The operator's metrics text.
+    pub fn metrics(&self) -> String {
+        ureq::get(&format!("http://{}/metrics", self.metrics))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether this runs against a real cluster.
+    pub fn is_real(&self) -> bool {
+        self.real
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if self.real {
+            let _ = self.kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        }
+    }
+}
+
+async fn client(path: &Path) -> Client {
+    let kc = Kubeconfig::read_from(path).expect("kubeconfig readable");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig valid");
+    Client::try_from(config).expect("client")
+}
+
+/// Polls `check` every 100 ms until it is true; panics naming `what` after `timeout`.
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Generous timeouts on a real cluster, short ones in the sandbox.
+pub fn timeout(env: &Env) -> Duration {
+    if env.is_real() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(30)
+    }
+}
