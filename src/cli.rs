@@ -87,9 +87,12 @@ pub struct SandboxArgs {
     /// Address of the embedded operator's /metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
-    /// Logging.
-    #[command(flatten)]
-    pub log: LogArgs,
+    /// Log level or filter directive of the embedded operator (the table is the main output).
+    #[arg(long, default_value = "warn")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ async fn main() -> std::process::ExitCode {
             }
         }
         Command::Sandbox(args) => {
-            telemetry::init(&args.log.log_level, args.log.log_format);
+            telemetry::init(&args.log_level, args.log_format);
             sandbox_cmd::run(args).await
         }
     };

@@ -63,8 +63,8 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
             leader_elect_namespace: None,
             kubeconfig: None,
             log: LogArgs {
-                log_level: args.log.log_level.clone(),
-                log_format: args.log.log_format,
+                log_level: args.log_level.clone(),
+                log_format: args.log_format,
             },
         };
         let operator_client = client.clone();

@@ -1,0 +1,90 @@
+//! The real `kubectl` against the cluster: printer columns, `describe`, `wait`, `explain`-free
+//! checks that users rely on.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::Env;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events() {
+    if !support::have_kubectl() {
+        assert!(
+            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+            "kubectl is required but not installed"
+        );
+        eprintln!("skipped: kubectl is not installed");
+        return;
+    }
+    let env = Env::start("kubectl").await;
+    env.apply_example("leader");
+    let start = Instant::now();
+    let table = loop {
+        let out = env.kubectl_ok(&["get", "habitats"]);
+        if out
+            .lines()
+            .any(|l| l.starts_with("example-leader") && l.contains("Ready"))
+        {
+            break out;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never Ready:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "READY", "LEADER", "TOPOLOGY", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..3], ["example-leader", "Ready", "3/3"], "{table}");
+    assert!(
+        row[3].starts_with("example-leader-"),
+        "no leader in {table}"
+    );
+    assert_eq!(row[4], "leader");
+
+    let wide = env.kubectl_ok(&["get", "hab", "-o", "wide"]);
+    assert!(
+        wide.lines().next().unwrap_or_default().ends_with("IMAGE"),
+        "{wide}"
+    );
+    assert!(wide.contains("kinvolk/redis-hab"), "{wide}");
+
+    env.kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "habitat/example-leader",
+        "--timeout=30s",
+    ]);
+
+    let describe = env.kubectl_ok(&["describe", "habitat", "example-leader"]);
+    for needle in [
+        "Conditions:",
+        "LeaderElected",
+        "Available",
+        "HabitatReady",
+        "Events:",
+        "EnteredReady",
+        "EnteredLeaderElected",
+    ] {
+        assert!(
+            describe.contains(needle),
+            "describe lacks {needle}:\n{describe}"
+        );
+    }
+}
