@@ -108,7 +108,8 @@ mod tests {
 
     #[test]
     fn help_lists_only_our_own_flags() {
-        let cli = Cli::command();
+        let mut cli = Cli::command();
+        cli.build();
         let run = cli.find_subcommand("run").unwrap();
         let mut flags = long_flags(run);
         flags.sort();
