@@ -153,12 +153,7 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
             Some(0.0)
         };
         ctx.metrics.transition(*from, *to, in_from);
-        let why = new_status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let why = transition_reason(*to, &new_status);
         notes.push(Note::transition(*from, *to, &why));
         tracing::info!(namespace = %ns, name = %h.name_any(), from = %from, to = %to, "phase transition");
     }
@@ -196,6 +191,31 @@ fn workload_for(h: &Habitat, snap: &crate::observe::Snapshot) -> Option<build::W
         crate::ring::KeyState::NotRequired => Some(build::workload(h, None)),
         crate::ring::KeyState::Ready(k) => Some(build::workload(h, Some(k))),
         _ => None,
+    }
+}
+
+/// Why a Habitat entered `to`, from the condition that gates that phase.
+fn transition_reason(to: Phase, status: &crate::api::HabitatStatus) -> String {
+    let condition = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    match to {
+        Phase::Pending => "accepted".to_string(),
+        Phase::ConfigMapReady => condition("ConfigMapReady"),
+        Phase::KeyReady => condition("KeyReady"),
+        Phase::Deploying => condition("Deployed"),
+        Phase::LeaderElected => condition("LeaderElected"),
+        Phase::Ready => condition("Available"),
+        Phase::Updating => format!(
+            "the spec changed (generation {})",
+            status.observed_generation.unwrap_or(0)
+        ),
+        Phase::Terminating => "the Habitat is being deleted".to_string(),
     }
 }
 

@@ -135,29 +135,43 @@ impl Env {
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
         ));
         if operator {
-            let port = free_port();
-            env.metrics = format!("127.0.0.1:{port}");
-            let log =
-                std::fs::File::create(env._dir.path().join("operator.log")).expect("log file");
-            let child = Command::new(bin())
-                .args([
-                    "run",
-                    "--namespace",
-                    &namespace,
-                    "--metrics-addr",
-                    &env.metrics,
-                    "--log-level",
-                    "info",
-                    "--kubeconfig",
-                ])
-                .arg(&env.kubeconfig)
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("start the operator");
-            env._operator = Some(Proc(child, "operator"));
+            env.start_operator();
         }
         env
+    }
+
+    /// Starts the operator binary watching the test namespace (its log appends to
+    /// `operator.log`).
+    pub fn start_operator(&mut self) {
+        let port = free_port();
+        self.metrics = format!("127.0.0.1:{port}");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._dir.path().join("operator.log"))
+            .expect("log file");
+        let child = Command::new(bin())
+            .args([
+                "run",
+                "--namespace",
+                &self.namespace,
+                "--metrics-addr",
+                &self.metrics,
+                "--log-level",
+                "info",
+                "--kubeconfig",
+            ])
+            .arg(&self.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the operator");
+        self._operator = Some(Proc(child, "operator"));
+    }
+
+    /// Stops the operator process.
+    pub fn stop_operator(&mut self) {
+        self._operator = None;
     }
 
     /// The operator's log so far.

@@ -1,0 +1,456 @@
+//! Scenarios for each capability of the original operator: peer file, ring keys, config and
+//! files Secrets, binds, env, storage, updates and namespaces. Each fails without its feature.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::ListParams;
+use kube::ResourceExt;
+use support::{timeout, wait_for, Env};
+
+macro_rules! require_kubectl {
+    () => {
+        if !support::have_kubectl() {
+            assert!(
+                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+                "kubectl is required but not installed"
+            );
+            eprintln!("skipped: kubectl is not installed");
+            return;
+        }
+    };
+}
+
+async fn statefulset(env: &Env, name: &str) -> StatefulSet {
+    env.api::<StatefulSet>()
+        .get(name)
+        .await
+        .expect("the StatefulSet exists")
+}
+
+fn args(sts: &StatefulSet) -> Vec<String> {
+    sts.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers[0].args.clone())
+        .unwrap_or_default()
+}
+
+fn mount_paths(sts: &StatefulSet) -> Vec<String> {
+    let c = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| p.containers[0].clone())
+        .unwrap_or_default();
+    c.volume_mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| m.mount_path)
+        .collect()
+}
+
+fn condition(h: &habitat_operator::api::Habitat, type_: &str) -> (String, String, String) {
+    h.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+async fn wait_condition(
+    env: &Env,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> habitat_operator::api::Habitat {
+    let mut last = None;
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(h) = env.habitats().get(name).await {
+            if condition(&h, type_).1 == reason {
+                return h;
+            }
+            last = Some(h);
+        }
+        assert!(
+            start.elapsed() < timeout(env),
+            "{name} never had {type_} with reason {reason}: {:?}",
+            last.and_then(|h| h.status)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn warning_reasons(env: &Env) -> BTreeSet<String> {
+    let events = env
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    events
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does() {
+    require_kubectl!();
+    let env = Env::start("peer-empty").await;
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    assert!(!env.peer_ip("example-standalone").await.is_empty());
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":0}}"#,
+    ]);
+    wait_for(timeout(&env), "an empty peer file", || async {
+        env.peer_ip("example-standalone").await.is_empty()
+    })
+    .await;
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":1}}"#,
+    ]);
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    wait_for(timeout(&env), "a peer address again", || async {
+        !env.peer_ip("example-standalone").await.is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_ring_key_is_validated_mounted_and_passed_with_ring() {
+    require_kubectl!();
+    let env = Env::start("ring-user").await;
+    env.apply_example("encrypted");
+    let h = env
+        .wait_phase("example-encrypted", "Ready", timeout(&env))
+        .await;
+    let secret = "example-encrypted-ring-20170829113029";
+    assert_eq!(
+        h.status
+            .as_ref()
+            .and_then(|s| s.ring_secret_name.as_deref()),
+        Some(secret)
+    );
+    let sts = statefulset(&env, "example-encrypted").await;
+    assert!(
+        args(&sts)
+            .windows(2)
+            .any(|w| w == ["--ring", "example-encrypted-ring"]),
+        "{:?}",
+        args(&sts)
+    );
+    assert!(mount_paths(&sts).contains(&format!("/hab/cache/keys/{secret}.sym.key")));
+
+    // A Habitat naming a missing Secret, then a malformed one, waits with a reason that says so.
+    env.apply_yaml(&format!(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: broken}}\nspec:\n  image: kinvolk/redis-hab\n  service: {{name: redis, ringSecretName: prod-20261130101500}}\n"
+    ));
+    let h = wait_condition(&env, "broken", "KeyReady", "SecretNotFound").await;
+    assert!(condition(&h, "KeyReady").2.contains("prod-20261130101500"));
+    assert_eq!(h.phase_str(), Some("ConfigMapReady"));
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: prod-20261130101500}\nstringData: {ring-key: not-a-key}\n");
+    let h = wait_condition(&env, "broken", "KeyReady", "KeyMalformed").await;
+    let message = condition(&h, "KeyReady").2;
+    assert!(
+        message.contains("SYM-SEC-1") && !message.contains("not-a-key"),
+        "{message}"
+    );
+    wait_for(
+        timeout(&env),
+        "Warning Events for the missing and malformed key",
+        || async {
+            let reasons = warning_reasons(&env).await;
+            reasons.contains("SecretNotFound") && reasons.contains("KeyMalformed")
+        },
+    )
+    .await;
+    // Fixing the Secret lets it proceed without touching the Habitat.
+    let good = std::fs::read_to_string(support::root().join("examples/encrypted/habitat.yml"))
+        .expect("example");
+    let key_b64 = good
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ring-key: "))
+        .expect("example key")
+        .to_string();
+    use base64::Engine;
+    let file = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(&key_b64)
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    let renamed = file.replace(
+        "example-encrypted-ring-20170829113029",
+        "prod-20261130101500",
+    );
+    let data = base64::engine::general_purpose::STANDARD.encode(renamed);
+    env.apply_yaml(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: prod-20261130101500}}\ndata: {{ring-key: {data}}}\n"
+    ));
+    env.wait_phase("broken", "Ready", timeout(&env)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_rings_coexist() {
+    require_kubectl!();
+    let mut env = Env::start("ring-gen").await;
+    env.apply_example("generated-ring");
+    let a = env
+        .wait_phase("example-ring-a", "Ready", timeout(&env))
+        .await;
+    let b = env
+        .wait_phase("example-ring-b", "Ready", timeout(&env))
+        .await;
+    let key = a
+        .status
+        .as_ref()
+        .and_then(|s| s.ring_secret_name.clone())
+        .expect("a key is used");
+    assert_eq!(
+        b.status
+            .as_ref()
+            .and_then(|s| s.ring_secret_name.clone())
+            .as_deref(),
+        Some(key.as_str())
+    );
+    assert!(
+        key.starts_with("example-ring-") && key.len() == "example-ring-".len() + 14,
+        "{key}"
+    );
+    let secret = env.api::<Secret>().get(&key).await.expect("the key Secret");
+    assert!(
+        secret.owner_references().is_empty(),
+        "a ring key must not be owned by a Habitat"
+    );
+
+    env.stop_operator();
+    env.kubectl_ok(&["delete", "habitat", "example-ring-a", "--wait=false"]);
+    env.start_operator();
+    let ring_habitat = |name: &str, ring: &str| {
+        format!("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: {name}}}\nspec:\n  image: kinvolk/redis-hab\n  service: {{name: redis, group: {name}, ring: {{name: {ring}}}}}\n")
+    };
+    env.apply_yaml(&ring_habitat("late", "example-ring"));
+    env.apply_yaml(&ring_habitat("other", "other-ring"));
+    let late = env.wait_phase("late", "Ready", timeout(&env)).await;
+    assert_eq!(
+        late.status
+            .as_ref()
+            .and_then(|s| s.ring_secret_name.clone())
+            .as_deref(),
+        Some(key.as_str())
+    );
+    let other = env.wait_phase("other", "Ready", timeout(&env)).await;
+    let other_key = other
+        .status
+        .as_ref()
+        .and_then(|s| s.ring_secret_name.clone())
+        .expect("a key");
+    assert!(other_key.starts_with("other-ring-"), "{other_key}");
+    let keys = env
+        .api::<Secret>()
+        .list(&ListParams::default().labels("habitat.sh/ring"))
+        .await
+        .expect("list")
+        .items;
+    let names: BTreeSet<String> = keys.iter().map(|s| s.name_any()).collect();
+    assert_eq!(names, BTreeSet::from([key, other_key]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_does_not() {
+    require_kubectl!();
+    let env = Env::start("config").await;
+    env.apply_example("config");
+    env.wait_phase("example-config", "Ready", timeout(&env))
+        .await;
+    let sts = statefulset(&env, "example-config").await;
+    assert!(mount_paths(&sts).contains(&"/hab/user/redis/config".to_string()));
+    assert!(mount_paths(&sts)
+        .iter()
+        .all(|p| !p.starts_with("/hab/svc/redis") || p.ends_with("/files")));
+    let uids = |pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+        pods.iter().filter_map(|p| p.uid()).collect::<Vec<_>>()
+    };
+    let before = uids(env.pods("example-config").await);
+
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: example-config-user-toml}\nstringData: {user.toml: \"port = 6390\\n\"}\n");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        uids(env.pods("example-config").await),
+        before,
+        "a content change must not restart pods"
+    );
+    assert_eq!(
+        env.habitats()
+            .get("example-config")
+            .await
+            .expect("get")
+            .phase_str(),
+        Some("Ready")
+    );
+
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-config",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"service":{"configSecretName":"renamed"}}}"#,
+    ]);
+    let h = wait_condition(
+        &env,
+        "example-config",
+        "Deployed",
+        "ReferencedSecretMissing",
+    )
+    .await;
+    assert!(condition(&h, "Deployed").2.contains("renamed"));
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: renamed}\nstringData: {user.toml: \"port = 6391\\n\"}\n");
+    env.wait_phase("example-config", "Ready", timeout(&env))
+        .await;
+    wait_for(timeout(&env), "the pods to be replaced", || async {
+        let now = uids(env.pods("example-config").await);
+        !now.is_empty() && now.iter().all(|u| !before.contains(u))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_binds_env_channel_group_and_storage_reach_the_statefulset() {
+    require_kubectl!();
+    let env = Env::start("spec").await;
+    for example in ["files", "bind", "env-vars", "persisted"] {
+        env.apply_example(example);
+    }
+    env.apply_yaml("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: tuned}\nspec:\n  image: kinvolk/redis-hab\n  service: {name: redis, group: blue, channel: unstable}\n");
+    for name in [
+        "example-files",
+        "example-bind-web",
+        "example-env",
+        "example-persisted",
+        "tuned",
+    ] {
+        env.wait_phase(name, "Ready", timeout(&env)).await;
+    }
+    let files = statefulset(&env, "example-files").await;
+    assert!(mount_paths(&files).contains(&"/hab/svc/redis/files".to_string()));
+    let init = files
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.init_containers.clone())
+        .unwrap_or_default();
+    assert_eq!(init.len(), 1, "an init container copies the files");
+
+    let web = statefulset(&env, "example-bind-web").await;
+    assert!(
+        args(&web)
+            .windows(2)
+            .any(|w| w == ["--bind", "db:postgresql.default"]),
+        "{:?}",
+        args(&web)
+    );
+
+    let envs = statefulset(&env, "example-env").await;
+    let vars = envs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers[0].env.clone())
+        .unwrap_or_default();
+    assert!(vars.iter().any(|v| v.name == "HAB_REDIS"));
+
+    let tuned = args(&statefulset(&env, "tuned").await);
+    assert!(
+        tuned.windows(2).any(|w| w == ["--group", "blue"])
+            && tuned.windows(2).any(|w| w == ["--channel", "unstable"]),
+        "{tuned:?}"
+    );
+
+    let persisted = statefulset(&env, "example-persisted").await;
+    assert!(mount_paths(&persisted).contains(&"/hab/svc/redis/data".to_string()));
+    let claims = env.kubectl_ok(&["get", "pvc", "-o", "name"]);
+    assert!(claims.contains("data-example-persisted-0"), "{claims}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_does_not_restart_the_pods_that_stay() {
+    require_kubectl!();
+    let env = Env::start("scale-keep").await;
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let first = env.pods("example-standalone").await[0].uid();
+    env.kubectl_ok(&[
+        "patch",
+        "habitat",
+        "example-standalone",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"count":3}}"#,
+    ]);
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let pods = env.pods("example-standalone").await;
+    assert_eq!(pods.len(), 3);
+    assert_eq!(pods[0].uid(), first, "pod 0 was restarted by a scale-up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_live_in_the_habitats_namespace_and_other_namespaces_are_not_watched() {
+    require_kubectl!();
+    let env = Env::start("namespaces").await;
+    env.apply_example("standalone");
+    // The `namespaced` example creates its own namespace, which this operator does not watch.
+    let path = support::root().join("examples/namespaced/habitat.yml");
+    env.kubectl_ok(&[
+        "-n",
+        "example-namespace",
+        "apply",
+        "-f",
+        path.to_str().unwrap_or_default(),
+    ]);
+    let h = env
+        .wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let sts = statefulset(&env, "example-standalone").await;
+    assert_eq!(sts.namespace(), h.namespace());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, out, _) = env.kubectl(&[
+        "-n",
+        "example-namespace",
+        "get",
+        "habitat",
+        "example-namespaced",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert!(
+        ok && out.is_empty(),
+        "a Habitat outside --namespace was reconciled: {out}"
+    );
+}
