@@ -243,9 +243,26 @@ impl Env {
                     return h;
                 }
                 if start.elapsed() > timeout {
+                    let pods: Vec<String> = self
+                        .pods(name)
+                        .await
+                        .iter()
+                        .map(|p| {
+                            let st = p.status.clone().unwrap_or_default();
+                            format!(
+                                "{} ip={:?} phase={:?} deleting={} labels={:?}",
+                                p.name_any(),
+                                st.pod_ip,
+                                st.phase,
+                                p.metadata.deletion_timestamp.is_some(),
+                                p.labels()
+                            )
+                        })
+                        .collect();
                     panic!(
-                        "{name} did not reach {phase} in {timeout:?}; status: {}\noperator log tail:\n{}",
+                        "{name} did not reach {phase} in {timeout:?}; status: {}\npods:\n{}\noperator log tail:\n{}",
                         serde_json::to_string_pretty(&h.status).unwrap_or_default(),
+                        pods.join("\n"),
                         tail(&self.operator_log(), 40)
                     );
                 }

@@ -22,15 +22,33 @@ pub struct IpPool {
     octet: u8,
     next: u32,
     used: HashMap<String, Ipv4Addr>,
+    // Held for the pool's lifetime: the claim on `127.<octet>.0.0/16` (see `claim_octet`).
+    _claim: Option<std::net::TcpListener>,
+}
+
+/// Claims a second octet that no other sandbox on this machine uses, by binding the node's
+/// address `127.<k>.0.1` on the gateway port: two sandboxes with the same octet would hand out
+/// the same pod IPs, and an operator could read another sandbox's census.
+fn claim_octet() -> (u8, Option<std::net::TcpListener>) {
+    let mut rng = rand::thread_rng();
+    for _ in 0..64 {
+        let octet: u8 = rng.gen_range(1..=254);
+        if let Ok(l) = std::net::TcpListener::bind((Ipv4Addr::new(127, octet, 0, 1), 9631)) {
+            return (octet, Some(l));
+        }
+    }
+    (rng.gen_range(1..=254), None)
 }
 
 impl IpPool {
-    /// A pool with a random second octet (1..=254).
+    /// A pool with a random second octet (1..=254) that no other sandbox holds.
     pub fn new() -> Self {
+        let (octet, claim) = claim_octet();
         IpPool {
-            octet: rand::thread_rng().gen_range(1..=254),
+            octet,
             next: 2,
             used: HashMap::new(),
+            _claim: claim,
         }
     }
 
@@ -304,5 +322,12 @@ mod tests {
         mark_failed(&mut pod);
         assert!(!is_ready(&pod));
         assert_eq!(pod["status"]["containerStatuses"][0]["ready"], false);
+    }
+
+    #[test]
+    fn two_live_pools_never_share_an_octet() {
+        let pools: Vec<IpPool> = (0..20).map(|_| IpPool::new()).collect();
+        let octets: HashSet<u8> = pools.iter().map(|p| p.octet).collect();
+        assert_eq!(octets.len(), pools.len());
     }
 }
