@@ -135,8 +135,12 @@ pub async fn run(
         },
     );
 
-    let controller = Controller::new(api::<Habitat>(&client, ns), watcher::Config::default());
-    let habitat_store = controller.store();
+    let (habitat_store, habitat_stream) = cached(
+        api::<Habitat>(&client, ns),
+        watcher::Config::default(),
+        drop_managed_fields,
+    );
+    let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
     let by_secret = habitat_store.clone();
 
@@ -171,13 +175,13 @@ pub async fn run(
 
     let stores = ctx.stores.clone();
     tokio::spawn(async move {
-        let _ = stores.habitats.wait_until_ready().await;
-        let _ = stores.statefulsets.wait_until_ready().await;
-        let _ = stores.config_maps.wait_until_ready().await;
-        let _ = stores.services.wait_until_ready().await;
-        let _ = stores.budgets.wait_until_ready().await;
-        let _ = stores.pods.wait_until_ready().await;
-        let _ = stores.secrets.wait_until_ready().await;
+        synced(&stores.habitats).await;
+        synced(&stores.statefulsets).await;
+        synced(&stores.config_maps).await;
+        synced(&stores.services).await;
+        synced(&stores.budgets).await;
+        synced(&stores.pods).await;
+        synced(&stores.secrets).await;
         ready.store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!("caches synced");
     });
@@ -203,6 +207,24 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// Waits until `store` has seen its first full list.
+///
+/// `Store::wait_until_ready` wakes only its latest waiter (one oneshot receiver behind a
+/// mutex), and the Controller waits on the Habitat store too; polling again with a timeout
+/// picks up the memoised result instead of sleeping forever.
+async fn synced<K: kube::Resource<DynamicType = ()> + Clone + 'static>(store: &Store<K>) {
+    loop {
+        if let Ok(result) =
+            tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await
+        {
+            if result.is_err() {
+                tracing::warn!("a cache writer stopped before its first list");
+            }
+            return;
+        }
+    }
 }
 
 /// The Habitats that name a Secret (config, files, ring key) or use its ring.

@@ -169,6 +169,32 @@ impl Env {
         self._operator = Some(Proc(child, "operator"));
     }
 
+    /// Starts another operator process with extra flags; returns it and its metrics address.
+    pub fn extra_operator(&self, extra: &[&str]) -> (Proc, String) {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._dir.path().join("operator.log"))
+            .expect("log file");
+        let child = Command::new(bin())
+            .args([
+                "run",
+                "--namespace",
+                &self.namespace,
+                "--metrics-addr",
+                &addr,
+                "--kubeconfig",
+            ])
+            .arg(&self.kubeconfig)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start an operator");
+        (Proc(child, "operator"), addr)
+    }
+
     /// Stops the operator process.
     pub fn stop_operator(&mut self) {
         self._operator = None;
