@@ -164,9 +164,9 @@ async fn a_user_ring_key_is_validated_mounted_and_passed_with_ring() {
     assert!(mount_paths(&sts).contains(&format!("/hab/cache/keys/{secret}.sym.key")));
 
     // A Habitat naming a missing Secret, then a malformed one, waits with a reason that says so.
-    env.apply_yaml(&format!(
-        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: broken}}\nspec:\n  image: kinvolk/redis-hab\n  service: {{name: redis, ringSecretName: prod-20261130101500}}\n"
-    ));
+    env.apply_yaml(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: broken}\nspec:\n  image: kinvolk/redis-hab\n  service: {name: redis, ringSecretName: prod-20261130101500}\n"
+    );
     let h = wait_condition(&env, "broken", "KeyReady", "SecretNotFound").await;
     assert!(condition(&h, "KeyReady").2.contains("prod-20261130101500"));
     assert_eq!(h.phase_str(), Some("ConfigMapReady"));
