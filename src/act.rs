@@ -40,7 +40,7 @@ pub async fn act(
         .ok_or(Error::MissingField("metadata.namespace"))?;
     match step {
         Step::ApplyPeerConfig => {
-            let cm = peer_config(h, snap.desired_peer().as_deref());
+            let cm = peer_config(h, &snap.desired_peers());
             snap.peer_config = Some(apply(&ctx.client, &cm).await?);
         }
         Step::ResolveRingKey => {

@@ -143,6 +143,7 @@ pub async fn run(
     let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
     let by_secret = habitat_store.clone();
+    let by_pod = habitat_store.clone();
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -191,12 +192,7 @@ pub async fn run(
         .owns_stream(cms)
         .owns_stream(svcs)
         .owns_stream(pdbs)
-        .watches_stream(pods, |p: Pod| {
-            let ns = p.namespace()?;
-            p.labels()
-                .get(LABEL_NAME)
-                .map(|n| ObjectRef::new(n).within(&ns))
-        })
+        .watches_stream(pods, move |p: Pod| pod_watchers(&by_pod, &p))
         .watches_stream(secrets, move |s: Secret| referencing(&by_secret, &s))
         .with_config(kube::runtime::controller::Config::default().concurrency(settings.workers))
         .shutdown_on_signal()
@@ -225,6 +221,34 @@ async fn synced<K: kube::Resource<DynamicType = ()> + Clone + 'static>(store: &S
             return;
         }
     }
+}
+
+/// The Habitats a pod matters to: its own, and those that bind to its Habitat's service group
+/// (their peer files name one of its pods).
+fn pod_watchers(habitats: &Store<Habitat>, p: &Pod) -> Vec<ObjectRef<Habitat>> {
+    let (Some(ns), Some(name)) = (p.namespace(), p.labels().get(LABEL_NAME)) else {
+        return vec![];
+    };
+    let mut refs = vec![ObjectRef::new(name).within(&ns)];
+    let own = habitats.get(&ObjectRef::new(name).within(&ns));
+    if let Some(own) = own {
+        let svc = &own.spec.service;
+        refs.extend(
+            habitats
+                .state()
+                .iter()
+                .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|h| {
+                    h.spec
+                        .service
+                        .bind
+                        .iter()
+                        .any(|b| b.service == svc.name && b.group == svc.group)
+                })
+                .map(|h| ObjectRef::from_obj(&**h)),
+        );
+    }
+    refs
 }
 
 /// The Habitats that name a Secret (config, files, ring key) or use its ring.

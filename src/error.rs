@@ -42,6 +42,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every category, for metrics that must exist before the first failure.
+    pub const CATEGORIES: [&'static str; 4] = [
+        "ApplyFailed",
+        "StatusWriteFailed",
+        "FinalizerFailed",
+        "MissingField",
+    ];
+
     /// The variant's name: the Event reason and the `reason` label of the error counter.
     pub fn category(&self) -> &'static str {
         match self {
@@ -106,6 +114,29 @@ mod tests {
                 .with_code(code)
                 .boxed(),
         )
+    }
+
+    #[test]
+    fn categories_lists_every_variant() {
+        let all = [
+            Error::Apply {
+                action: "apply",
+                kind: "StatefulSet".into(),
+                name: "x".into(),
+                source: api_error(403),
+            },
+            Error::PersistStatus {
+                name: "x".into(),
+                source: api_error(500),
+            },
+            Error::Finalizer {
+                name: "x".into(),
+                message: "m".into(),
+            },
+            Error::MissingField("metadata.uid"),
+        ];
+        let names: Vec<&str> = all.iter().map(Error::category).collect();
+        assert_eq!(names, Error::CATEGORIES);
     }
 
     #[test]

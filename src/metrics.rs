@@ -125,6 +125,10 @@ impl Metrics {
         for result in ["success", "error"] {
             reconciles.with_label_values(&[result]).inc_by(0);
         }
+        // Error series exist from the start, so dashboards and alerts see 0 rather than nothing.
+        for category in crate::error::Error::CATEGORIES {
+            errors.with_label_values(&[category]).inc_by(0);
+        }
         Metrics {
             registry,
             habitats,
@@ -227,6 +231,7 @@ mod tests {
             "habitat_operator_habitats",
             "habitat_operator_build_info",
             "habitat_operator_reconciles_total",
+            "habitat_operator_reconcile_errors_total{reason=\"ApplyFailed\"} 0",
         ] {
             assert!(text.contains(name), "{name} missing");
         }

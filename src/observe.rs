@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub budget: Option<PodDisruptionBudget>,
     /// The Habitat's pods.
     pub pods: Vec<Pod>,
+    /// For each bind, the pods of the Habitats in this namespace that run the bound group.
+    pub bound_pods: Vec<Vec<Pod>>,
     /// The ring key.
     pub key: KeyState,
     /// What is wrong with the Secrets the spec names (user.toml, files), if anything.
@@ -95,6 +97,33 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         })
         .map(|p| (*p).clone())
         .collect();
+    let all_pods = stores.pods.state();
+    let bound_pods = h
+        .spec
+        .service
+        .bind
+        .iter()
+        .map(|b| {
+            let names: Vec<String> = stores
+                .habitats
+                .state()
+                .iter()
+                .filter(|o| o.namespace().as_deref() == Some(ns.as_str()) && o.name_any() != name)
+                .filter(|o| o.spec.service.name == b.service && o.spec.service.group == b.group)
+                .map(|o| o.name_any())
+                .collect();
+            all_pods
+                .iter()
+                .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|p| {
+                    p.labels()
+                        .get(LABEL_NAME)
+                        .is_some_and(|n| names.contains(n))
+                })
+                .map(|p| (**p).clone())
+                .collect()
+        })
+        .collect();
     let secrets = stores.secrets.state();
     let in_ns: Vec<&Secret> = secrets
         .iter()
@@ -113,6 +142,7 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         leader_service: get(&stores.services, h, &h.leader_service_name()),
         budget: get(&stores.budgets, h, &name),
         pods,
+        bound_pods,
         key,
         secret_problem: secret_problem(h, find),
         leader: LeaderView::NotObserved,
@@ -152,19 +182,29 @@ fn has_key(s: &Secret, key: &str) -> bool {
 }
 
 impl Snapshot {
-    /// The address currently in the peer file.
-    pub fn current_peer(&self) -> Option<&str> {
+    /// The addresses currently in the peer file.
+    pub fn current_peers(&self) -> Vec<&str> {
         self.peer_config
             .as_ref()
             .and_then(|c| c.data.as_ref())
             .and_then(|d| d.get(crate::api::PEER_IP_KEY))
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
+            .map(|text| {
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
-    /// The address the peer file should hold now.
-    pub fn desired_peer(&self) -> Option<String> {
-        peer::choose(self.current_peer(), &self.pods)
+    /// The first address of the peer file: a pod of this Habitat when one runs.
+    pub fn current_peer(&self) -> Option<&str> {
+        self.current_peers().into_iter().next()
+    }
+
+    /// The addresses the peer file should hold now.
+    pub fn desired_peers(&self) -> Vec<String> {
+        peer::addresses(&self.current_peers(), &self.pods, &self.bound_pods)
     }
 
     /// Whether `pod` carries the leader label.
@@ -187,7 +227,7 @@ impl Snapshot {
     pub fn facts(&self, h: &Habitat, workload: Option<&Workload>) -> Facts {
         let leader_topology = h.spec.service.topology == Topology::Leader;
         let count = h.spec.count;
-        let desired_peer = peer_file_content(self.desired_peer().as_deref());
+        let desired_peer = peer_file_content(&self.desired_peers());
         let peer_config_current = self
             .peer_config
             .as_ref()

@@ -63,6 +63,25 @@ pub fn choose<'a>(
         .map(str::to_string)
 }
 
+/// The addresses for the peer file: this Habitat's peer first, then one running pod of each
+/// group it binds to, so that its supervisors gossip in one ring with what they bind to. An
+/// address already in `current` is kept while its pod still qualifies.
+pub fn addresses(current: &[&str], own: &[Pod], bound: &[Vec<Pod>]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for pods in std::iter::once(own).chain(bound.iter().map(Vec::as_slice)) {
+        let kept = current
+            .iter()
+            .copied()
+            .find(|c| pods.iter().any(|p| pod_ip(p) == Some(*c)));
+        if let Some(ip) = choose(kept, pods) {
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -89,6 +108,30 @@ pub(crate) mod tests {
             }),
             ..Pod::default()
         }
+    }
+
+    #[test]
+    fn bound_groups_add_one_address_each_after_our_own() {
+        let own = [pod(0, "10.0.0.1", "Running", true)];
+        let db = vec![
+            pod(0, "10.0.1.1", "Running", true),
+            pod(1, "10.0.1.2", "Running", true),
+        ];
+        assert_eq!(
+            addresses(&[], &own, std::slice::from_ref(&db)),
+            ["10.0.0.1", "10.0.1.1"]
+        );
+        // The bound group's current address is kept while it runs.
+        assert_eq!(
+            addresses(&["10.0.0.1", "10.0.1.2"], &own, &[db]),
+            ["10.0.0.1", "10.0.1.2"]
+        );
+        // Without our own pods the bound peer alone seeds the ring; with nothing, the file is empty.
+        assert_eq!(
+            addresses(&[], &[], &[vec![pod(0, "10.0.1.1", "Running", true)]]),
+            ["10.0.1.1"]
+        );
+        assert!(addresses(&[], &[], &[vec![]]).is_empty());
     }
 
     #[test]

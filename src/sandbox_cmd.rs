@@ -55,10 +55,11 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
     }
     let client = client_for(&sandbox).await?;
     if !args.no_operator {
+        let metrics_addr = free_or_any(args.metrics_addr);
         let run_args = RunArgs {
             namespace: None,
             workers: 4,
-            metrics_addr: args.metrics_addr,
+            metrics_addr,
             leader_elect: false,
             leader_elect_namespace: None,
             kubeconfig: None,
@@ -73,14 +74,28 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
                 eprintln!("habitat-operator: {e}");
             }
         });
-        println!(
-            "operator running; metrics on http://{}/metrics",
-            args.metrics_addr
-        );
+        println!("operator running; metrics on http://{metrics_addr}/metrics");
     }
     let outcome = watch(&client, &args).await;
     sandbox.shutdown().await;
     outcome
+}
+
+/// `addr` when it can be bound, otherwise a free port on the same IP (a busy default port must
+/// not stop the demo).
+fn free_or_any(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind(addr)
+        .or_else(|_| std::net::TcpListener::bind((addr.ip(), 0)))
+        .and_then(|l| l.local_addr());
+    match probe {
+        Ok(found) if found != addr => {
+            if addr.port() != 0 {
+                println!("{addr} is busy; serving metrics on {found} instead");
+            }
+            found
+        }
+        _ => addr,
+    }
 }
 
 /// `examples/*/habitat.yml`, from the working directory or the source tree.
@@ -118,6 +133,12 @@ async fn client_for(sandbox: &Sandbox) -> Result<Client, String> {
 async fn watch(client: &Client, args: &SandboxArgs) -> Result<(), String> {
     let api: Api<Habitat> = Api::all(client.clone());
     let start = Instant::now();
+    // Registered once, before the loop: a signal that arrives between two polls is not lost.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     let mut last = String::new();
     loop {
         let list = api
@@ -154,7 +175,8 @@ async fn watch(client: &Client, args: &SandboxArgs) -> Result<(), String> {
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
+            _ = terminate.recv() => return Ok(()),
         }
     }
 }

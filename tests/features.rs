@@ -365,6 +365,28 @@ async fn files_binds_env_channel_group_and_storage_reach_the_statefulset() {
         .unwrap_or_default();
     assert_eq!(init.len(), 1, "an init container copies the files");
 
+    // The web group's peer file also names a database pod, so the two gossip in one ring and
+    // the bind can be satisfied.
+    let db_ips: Vec<String> = env
+        .pods("example-bind-db")
+        .await
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    wait_for(
+        timeout(&env),
+        "the web peer file to name a database pod",
+        || async {
+            let lines: Vec<String> = env
+                .peer_ip("example-bind-web")
+                .await
+                .lines()
+                .map(String::from)
+                .collect();
+            lines.len() == 2 && db_ips.contains(&lines[1])
+        },
+    )
+    .await;
     let web = statefulset(&env, "example-bind-web").await;
     assert!(
         args(&web)

@@ -30,6 +30,8 @@ spec:
         image: habitat/{name}-hab
         args: ["--topology", "{topology}", "--group", "default"]
         readinessProbe: {{httpGet: {{path: /services/{name}/default/health, port: 9631}}}}
+        volumeMounts: [{{name: peer, mountPath: /habitat-operator/peer}}]
+      volumes: [{{name: peer, configMap: {{name: {name}-peer}}}}]
   volumeClaimTemplates:
   - metadata: {{name: data}}
     spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}
@@ -224,8 +226,23 @@ async fn census_and_leader_reelection_after_kill_pod() {
     sb.apply_yaml(&sts_yaml("redis", 3, "Parallel", "RollingUpdate", true))
         .await
         .expect("apply");
+    // Supervisors find each other only through a peer file: point it at redis-0, as the
+    // operator does.
+    let mut ip0 = None;
+    for _ in 0..100 {
+        ip0 = pod_ip(&sb, "redis-0").await;
+        if ip0.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let ip0 = ip0.expect("redis-0 gets an IP");
+    sb.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: redis-peer}}\ndata: {{peer-ip: \"{ip0}\"}}\n"
+    ))
+    .await
+    .expect("peer file");
     wait_ready(&sb, "redis", 3).await;
-    let ip0 = pod_ip(&sb, "redis-0").await.expect("ip");
     let c = census(&ip0).await.expect("census");
     let g = &c["census_groups"]["redis.default"];
     assert_eq!(g["election_status"], "ElectionFinished");

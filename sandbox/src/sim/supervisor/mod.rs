@@ -79,6 +79,9 @@ pub struct Member {
     pub health: Health,
     /// The service has started (leader topology: an election finished while alive).
     pub started: bool,
+    /// The gossip ring: members that reach each other through their peer files. Kept by a
+    /// member after its pod stops, so that a death does not re-key its ring.
+    pub ring: String,
     departed_at: Option<Instant>,
 }
 
@@ -86,6 +89,11 @@ impl Member {
     /// `service.group`.
     pub fn service_group(&self) -> String {
         format!("{}.{}", self.service, self.group)
+    }
+
+    /// Where the member gossips: its namespace and ring.
+    pub fn scope(&self) -> String {
+        format!("{}/{}", self.namespace, self.ring)
     }
 }
 
@@ -174,6 +182,7 @@ pub fn member_for(pod: &Value) -> Option<Member> {
             || arg(c, "-t").as_deref() == Some("leader"),
         health: Health::Alive,
         started: false,
+        ring: String::new(),
         departed_at: None,
     })
 }
@@ -203,23 +212,26 @@ impl Hub {
     pub fn census(&self, pod_uid: &str) -> Option<Value> {
         let st = self.state();
         let me = st.members.get(pod_uid)?;
-        let group = st.groups.get(&(me.namespace.clone(), me.service_group()));
+        let group = st.groups.get(&(me.scope(), me.service_group()));
         let peers: Vec<&Member> = st
             .members
             .values()
-            .filter(|m| m.namespace == me.namespace && m.service_group() == me.service_group())
+            .filter(|m| m.scope() == me.scope() && m.service_group() == me.service_group())
             .collect();
         Some(census::document(me, group, &peers))
     }
 
     /// One pass: track pods, open/close gateways, run elections.
     pub fn step(self: &Arc<Self>) {
-        let pods: Vec<Value> = {
+        let (pods, config_maps): (Vec<Value>, Vec<Value>) = {
             let inner = self.store.lock();
-            inner
-                .raw_list(&StorageKey::new("", "pods"), None)
-                .map(|(_, p)| p.clone())
-                .collect()
+            let list = |plural: &'static str| -> Vec<Value> {
+                inner
+                    .raw_list(&StorageKey::new("", plural), None)
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            };
+            (list("pods"), list("configmaps"))
         };
         let mut st = self.state();
         let mut seen = HashSet::new();
@@ -270,6 +282,7 @@ impl Hub {
         }
         st.members
             .retain(|_, m| m.departed_at.is_none_or(|t| t.elapsed() < DEPARTED_TTL));
+        rings::assign(&mut st.members, &pods, &config_maps);
         elect(&mut st);
     }
 
@@ -282,10 +295,12 @@ impl Hub {
     }
 }
 
+mod rings;
+
 fn elect(st: &mut State) {
     let mut keys: HashSet<(String, String)> = HashSet::new();
     for m in st.members.values() {
-        keys.insert((m.namespace.clone(), m.service_group()));
+        keys.insert((m.scope(), m.service_group()));
     }
     st.groups.retain(|k, _| keys.contains(k));
     let now = Instant::now();
@@ -294,7 +309,7 @@ fn elect(st: &mut State) {
             .members
             .values()
             .filter(|m| {
-                m.namespace == key.0 && m.service_group() == key.1 && m.health != Health::Departed
+                m.scope() == key.0 && m.service_group() == key.1 && m.health != Health::Departed
             })
             .collect();
         let leader_topology = members.iter().any(|m| m.leader_topology);
@@ -340,8 +355,7 @@ fn elect(st: &mut State) {
         .map(|(k, _)| k.clone())
         .collect();
     for m in st.members.values_mut() {
-        if m.health == Health::Alive && finished.contains(&(m.namespace.clone(), m.service_group()))
-        {
+        if m.health == Health::Alive && finished.contains(&(m.scope(), m.service_group())) {
             m.started = true;
         }
     }

@@ -15,13 +15,14 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         package: "core/redis/0.1.0/20250101000000".into(),
         health: Health::Alive,
         started: false,
+        ring: "r".into(),
         departed_at: None,
     }
 }
 
 fn group(st: &State) -> Group {
     st.groups
-        .get(&("ns".to_string(), "redis.default".to_string()))
+        .get(&("ns/r".to_string(), "redis.default".to_string()))
         .cloned()
         .expect("group")
 }
@@ -97,4 +98,44 @@ fn member_from_pod() {
     assert!(m.leader_topology);
     assert_eq!(m.member_id.len(), 32);
     assert!(m.package.starts_with("habitat/redis/"));
+}
+
+fn pod_with_peer(uid: &str, ns: &str, cm: &str) -> Value {
+    json!({"metadata": {"uid": uid, "namespace": ns, "name": uid},
+           "spec": {"volumes": [{"name": "peer", "configMap": {"name": cm}}]}})
+}
+
+#[test]
+fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
+    let mut members: HashMap<String, Member> = HashMap::new();
+    for (uid, ip) in [("a", "127.1.0.2"), ("b", "127.1.0.3"), ("c", "127.1.0.4")] {
+        let mut m = member(uid, "ns", true);
+        m.ip = ip.into();
+        m.ring = String::new();
+        members.insert(uid.into(), m);
+    }
+    // a and b read a file naming a; c reads its own file naming itself: two rings.
+    let cms = vec![
+        json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "127.1.0.2"}}),
+        json!({"metadata": {"namespace": "ns", "name": "y-peer"}, "data": {"peer-ip": "127.1.0.4"}}),
+    ];
+    let pods = vec![
+        pod_with_peer("a", "ns", "x-peer"),
+        pod_with_peer("b", "ns", "x-peer"),
+        pod_with_peer("c", "ns", "y-peer"),
+    ];
+    rings::assign(&mut members, &pods, &cms);
+    assert_eq!(members["a"].ring, members["b"].ring);
+    assert_ne!(members["a"].ring, members["c"].ring);
+    let key = members["a"].ring.clone();
+    // A newcomer joining through the same file keeps the ring's key.
+    let mut d = member("d", "ns", true);
+    d.ip = "127.1.0.5".into();
+    d.ring = String::new();
+    members.insert("d".into(), d);
+    let mut pods = pods;
+    pods.push(pod_with_peer("d", "ns", "x-peer"));
+    rings::assign(&mut members, &pods, &cms);
+    assert_eq!(members["d"].ring, key);
+    assert_eq!(members["a"].ring, key);
 }
