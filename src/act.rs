@@ -50,10 +50,18 @@ pub async fn act(
             }
         }
         Step::ApplyWorkload => {
-            let Some(w) = workload else { return Ok(()) };
-            snap.statefulset = Some(apply(&ctx.client, &w.statefulset).await?);
-            snap.headless = Some(apply(&ctx.client, &w.headless).await?);
-            match &w.leader {
+            // Destructured without `..`: a new kind of child does not compile until it is applied.
+            let Some(Workload {
+                statefulset,
+                headless,
+                leader,
+            }) = workload
+            else {
+                return Ok(());
+            };
+            snap.statefulset = Some(apply(&ctx.client, statefulset).await?);
+            snap.headless = Some(apply(&ctx.client, headless).await?);
+            match leader {
                 Some((svc, pdb)) => {
                     snap.leader_service = Some(apply(&ctx.client, svc).await?);
                     snap.budget = Some(apply(&ctx.client, pdb).await?);

@@ -56,4 +56,7 @@ pub struct Context {
     pub key_generation: tokio::sync::Mutex<()>,
     /// Last failure message per object uid, so that a repeated failure records one Event.
     pub last_failure: Mutex<HashMap<String, String>>,
+    /// Every cache has seen its first full list. Until then nothing is decided: a missing ring
+    /// key in an unsynced cache would be generated a second time.
+    pub synced: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }

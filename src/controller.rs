@@ -172,6 +172,7 @@ pub async fn run(
         generated_keys: Mutex::new(Default::default()),
         key_generation: tokio::sync::Mutex::new(()),
         last_failure: Mutex::new(Default::default()),
+        synced: ready.clone(),
     });
 
     let stores = ctx.stores.clone();

@@ -37,6 +37,11 @@ const ROLLOUT_POLL: Duration = Duration::from_secs(15);
 
 /// Reconciles one Habitat. Entry point for kube's `Controller`.
 pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // kube's Controller waits for the Habitat cache only; the children's and Secrets' caches
+    // must be complete too before anything is decided from them.
+    if !ctx.synced.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let _timer = ctx.metrics.reconcile_timer();
     let ns = h
         .namespace()

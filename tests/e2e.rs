@@ -2,6 +2,7 @@
 //! real cluster given `HABITAT_E2E_KUBECONFIG`), and Habitats are created from the examples'
 //! YAML with `kubectl`.
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
@@ -11,19 +12,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use kube::api::ListParams;
 use kube::ResourceExt;
 use support::{timeout, wait_for, Env};
-
-macro_rules! require_kubectl {
-    () => {
-        if !support::have_kubectl() {
-            assert!(
-                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-                "kubectl is required but not installed"
-            );
-            eprintln!("skipped: kubectl is not installed");
-            return;
-        }
-    };
-}
 
 /// Every example except `namespaced` (which names its own namespace) reaches Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,15 +55,7 @@ async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready() {
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":3}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":3}}"#);
     let h = env
         .wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
@@ -87,15 +67,7 @@ async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready() {
     assert!(env
         .metrics()
         .contains(r#"habitat_operator_phase_transitions_total{from="Ready",to="Updating"}"#));
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":1}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":1}}"#);
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     wait_for(timeout(&env), "one pod left", || async {
@@ -117,15 +89,10 @@ async fn an_image_change_goes_updating_then_ready_with_new_pods() {
         .iter()
         .filter_map(|p| p.uid())
         .collect();
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
+    env.patch(
         "example-standalone",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#,
-    ]);
+    );
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     let pods = env.pods("example-standalone").await;
@@ -164,15 +131,7 @@ async fn a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it() {
     require_kubectl!();
     let env = Env::start("peer").await;
     env.apply_example("standalone");
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":3}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":3}}"#);
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     let peer = env.peer_ip("example-standalone").await;

@@ -1,6 +1,7 @@
 //! Scenarios for each capability of the original operator: peer file, ring keys, config and
 //! files Secrets, binds, env, storage, updates and namespaces. Each fails without its feature.
 
+#[macro_use]
 mod support;
 
 use std::collections::BTreeSet;
@@ -11,19 +12,6 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::ListParams;
 use kube::ResourceExt;
 use support::{timeout, wait_for, Env};
-
-macro_rules! require_kubectl {
-    () => {
-        if !support::have_kubectl() {
-            assert!(
-                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-                "kubectl is required but not installed"
-            );
-            eprintln!("skipped: kubectl is not installed");
-            return;
-        }
-    };
-}
 
 async fn statefulset(env: &Env, name: &str) -> StatefulSet {
     env.api::<StatefulSet>()
@@ -108,28 +96,12 @@ async fn the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does() 
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     assert!(!env.peer_ip("example-standalone").await.is_empty());
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":0}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":0}}"#);
     wait_for(timeout(&env), "an empty peer file", || async {
         env.peer_ip("example-standalone").await.is_empty()
     })
     .await;
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":1}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":1}}"#);
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     wait_for(timeout(&env), "a peer address again", || async {
@@ -311,15 +283,10 @@ async fn the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_d
         Some("Ready")
     );
 
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
+    env.patch(
         "example-config",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"service":{"configSecretName":"renamed"}}}"#,
-    ]);
+    );
     let h = wait_condition(
         &env,
         "example-config",
@@ -426,15 +393,7 @@ async fn scaling_does_not_restart_the_pods_that_stay() {
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     let first = env.pods("example-standalone").await[0].uid();
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":3}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":3}}"#);
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
     let pods = env.pods("example-standalone").await;

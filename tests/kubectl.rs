@@ -1,6 +1,7 @@
 //! The real `kubectl` against the cluster: printer columns, `describe`, `wait`, `explain`-free
 //! checks that users rely on.
 
+#[macro_use]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -9,14 +10,7 @@ use support::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events() {
-    if !support::have_kubectl() {
-        assert!(
-            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("skipped: kubectl is not installed");
-        return;
-    }
+    require_kubectl!();
     let env = Env::start("kubectl").await;
     env.apply_example("leader");
     let start = Instant::now();

@@ -1,6 +1,7 @@
 //! Leader topology end to end: the elected leader is published (status, pod label, Service),
 //! follows re-elections, and rollouts replace followers one at a time and the leader last.
 
+#[macro_use]
 mod support;
 
 use std::collections::BTreeMap;
@@ -13,19 +14,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use support::{timeout, wait_for, Env};
-
-macro_rules! require_kubectl {
-    () => {
-        if !support::have_kubectl() {
-            assert!(
-                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-                "kubectl is required but not installed"
-            );
-            eprintln!("skipped: kubectl is not installed");
-            return;
-        }
-    };
-}
 
 fn leader_label(p: &Pod) -> bool {
     p.labels()
@@ -202,15 +190,7 @@ async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_lead
     let leader = published_leader(&env, "group").await.expect("a leader");
     let (order, task) = record_deletions(&env);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "group",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#,
-    ]);
+    env.patch("group", r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#);
     wait_for(
         Duration::from_secs(60),
         "every pod at the new image",
@@ -240,15 +220,7 @@ async fn killing_the_leader_during_an_update_still_completes_the_rollout() {
     env.wait_phase("group", "Ready", timeout(&env)).await;
     let leader = published_leader(&env, "group").await.expect("a leader");
     let (order, task) = record_deletions(&env);
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "group",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"image":"kinvolk/redis-hab:v3"}}"#,
-    ]);
+    env.patch("group", r#"{"spec":{"image":"kinvolk/redis-hab:v3"}}"#);
     wait_for(
         timeout(&env),
         "the first follower to be replaced",

@@ -1,6 +1,7 @@
 //! The operator process as a whole: a settled Habitat costs no writes, and with
 //! `--leader-elect` exactly one replica acts.
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
@@ -9,19 +10,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::ResourceExt;
 use support::{timeout, wait_for, Env};
-
-macro_rules! require_kubectl {
-    () => {
-        if !support::have_kubectl() {
-            assert!(
-                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-                "kubectl is required but not installed"
-            );
-            eprintln!("skipped: kubectl is not installed");
-            return;
-        }
-    };
-}
 
 async fn versions(env: &Env, name: &str) -> Vec<Option<String>> {
     vec![
@@ -119,15 +107,7 @@ async fn with_leader_election_exactly_one_replica_is_ready_and_acts() {
         || async { ready(&standby) },
     )
     .await;
-    env.kubectl_ok(&[
-        "patch",
-        "habitat",
-        "example-standalone",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"count":2}}"#,
-    ]);
+    env.patch("example-standalone", r#"{"spec":{"count":2}}"#);
     let h = env
         .wait_phase("example-standalone", "Ready", timeout(&env))
         .await;

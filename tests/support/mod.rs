@@ -1,7 +1,21 @@
 //! The end-to-end harness: a cluster (the sandbox, or a real one from
 //! `HABITAT_E2E_KUBECONFIG`), a temporary namespace per test, the operator binary as its own
 //! process, and `kubectl` to apply manifests. Objects are created from YAML, never API calls.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// Returns early from a test when kubectl is missing, unless `HABITAT_REQUIRE_KUBECTL` is set.
+macro_rules! require_kubectl {
+    () => {
+        if !support::have_kubectl() {
+            assert!(
+                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+                "kubectl is required but not installed"
+            );
+            eprintln!("skipped: kubectl is not installed");
+            return;
+        }
+    };
+}
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -143,30 +157,9 @@ impl Env {
     /// Starts the operator binary watching the test namespace (its log appends to
     /// `operator.log`).
     pub fn start_operator(&mut self) {
-        let port = free_port();
-        self.metrics = format!("127.0.0.1:{port}");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self._dir.path().join("operator.log"))
-            .expect("log file");
-        let child = Command::new(bin())
-            .args([
-                "run",
-                "--namespace",
-                &self.namespace,
-                "--metrics-addr",
-                &self.metrics,
-                "--log-level",
-                "info",
-                "--kubeconfig",
-            ])
-            .arg(&self.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the operator");
-        self._operator = Some(Proc(child, "operator"));
+        let (proc, addr) = self.extra_operator(&["--log-level", "info"]);
+        self.metrics = addr;
+        self._operator = Some(proc);
     }
 
     /// Starts another operator process with extra flags; returns it and its metrics address.
@@ -232,6 +225,11 @@ impl Env {
     pub fn apply_example(&self, name: &str) {
         let path = root().join("examples").join(name).join("habitat.yml");
         self.kubectl_ok(&["apply", "-f", path.to_str().unwrap_or_default()]);
+    }
+
+    /// `kubectl patch habitat NAME --type merge -p PATCH`.
+    pub fn patch(&self, name: &str, patch: &str) {
+        self.kubectl_ok(&["patch", "habitat", name, "--type", "merge", "-p", patch]);
     }
 
     /// Applies YAML text.
