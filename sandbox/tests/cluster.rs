@@ -279,6 +279,13 @@ async fn census_and_leader_reelection_after_kill_pod() {
         "redis-0"
     };
     let other_ip = pod_ip(&sb, other).await.expect("ip");
+    // As the operator does, point the peer file away from the dead pod so that its
+    // replacement can join the ring.
+    sb.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: redis-peer}}\ndata: {{peer-ip: \"{other_ip}\"}}\n"
+    ))
+    .await
+    .expect("peer file");
     let new_leader = eventually(10, "a new leader", || async {
         let c = census(&other_ip).await?;
         let g = &c["census_groups"]["redis.default"];
