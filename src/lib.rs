@@ -29,3 +29,4 @@ pub mod runner;
 pub mod server;
 pub mod status;
 pub mod telemetry;
+pub mod validate;

@@ -66,6 +66,8 @@ pub struct Snapshot {
     pub key: KeyState,
     /// What is wrong with the Secrets the spec names (user.toml, files), if anything.
     pub secret_problem: Option<String>,
+    /// What is wrong with the spec itself, if anything.
+    pub spec_problem: Option<String>,
     /// The census reading of this reconcile.
     pub leader: LeaderView,
     /// A pod was deleted for replacement in this reconcile.
@@ -145,6 +147,7 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         bound_pods,
         key,
         secret_problem: secret_problem(h, find),
+        spec_problem: crate::validate::problem(h),
         leader: LeaderView::NotObserved,
         replaced_pod: false,
     }
@@ -243,7 +246,7 @@ impl Snapshot {
             });
         Facts {
             deleting: h.metadata.deletion_timestamp.is_some(),
-            spec_invalid: false,
+            spec_invalid: self.spec_problem.is_some(),
             peer_config_current,
             key_ready: matches!(self.key, KeyState::NotRequired | KeyState::Ready(_)),
             key_can_be_generated: matches!(self.key, KeyState::ToGenerate { .. }),

@@ -236,7 +236,9 @@ fn user_warnings(
         Reason::InvalidSpec,
     ];
     new.iter()
-        .filter(|c| c.status == "False" && c.type_ != "Ready")
+        .filter(|c| {
+            c.status == "False" && (c.type_ != "Ready" || c.reason == Reason::InvalidSpec.as_str())
+        })
         .filter(|c| user_reasons.iter().any(|r| r.as_str() == c.reason))
         .filter(|c| !c.message.contains("the operator generates one"))
         .filter(|c| {

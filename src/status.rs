@@ -248,6 +248,9 @@ fn ready_condition(i: &Inputs<'_>, others: &[Desired], available: bool) -> Desir
     let first_false = others
         .iter()
         .find(|d| !d.status && d.type_ != T::Progressing);
+    if let Some(problem) = &i.snapshot.spec_problem {
+        return Desired::new(T::Ready, false, R::InvalidSpec, problem.clone());
+    }
     match (i.phase, i.outcome) {
         (_, Outcome::Failed(msg)) => Desired::new(
             T::Ready,

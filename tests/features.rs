@@ -435,3 +435,44 @@ async fn children_live_in_the_habitats_namespace_and_other_namespaces_are_not_wa
         "a Habitat outside --namespace was reconciled: {out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields() {
+    require_kubectl!();
+    let env = Env::start("invalid").await;
+    let path = support::root()
+        .join("target")
+        .join(format!("invalid-{}.yaml", env.namespace));
+    std::fs::write(
+        &path,
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: both}\nspec:\n  image: kinvolk/redis-hab\n  service: {name: redis, ring: {name: prod}, ringSecretName: prod-20170829113029}\n",
+    )
+    .expect("write");
+    let (applied, out, err) = env.kubectl(&["apply", "-f", path.to_str().unwrap_or_default()]);
+    let _ = std::fs::remove_file(&path);
+    let message =
+        "spec.service.ring and spec.service.ringSecretName are mutually exclusive; set one";
+    if !applied {
+        // A real API server enforces the CRD's CEL rule and says the same.
+        assert!(err.contains(message), "{out}{err}");
+        return;
+    }
+    let h = wait_condition(&env, "both", "Ready", "InvalidSpec").await;
+    assert_eq!(condition(&h, "Ready").2, message);
+    wait_for(
+        timeout(&env),
+        "a Warning Event for the invalid spec",
+        || async { warning_reasons(&env).await.contains("InvalidSpec") },
+    )
+    .await;
+    let statefulsets = env
+        .api::<StatefulSet>()
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items;
+    assert!(
+        statefulsets.is_empty(),
+        "nothing is created for an invalid spec"
+    );
+}
