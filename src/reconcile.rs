@@ -87,108 +87,144 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
-    let persisted = match h.phase_str() {
-        None => Phase::Pending,
-        Some(p) => p.parse().unwrap_or_else(|e| {
-            tracing::warn!(name = %h.name_any(), error = %e, "restarting the lifecycle from Pending");
-            Phase::Pending
-        }),
-    };
     let generated = h
         .spec
         .service
         .ring
         .as_ref()
         .and_then(|r| remembered_key(ctx, &ns, &r.name));
+
     let mut snap = observe(h, &ctx.stores, generated);
-    let mut phase = persisted;
-    let mut transitions = Vec::new();
-    let mut notes = Vec::new();
-    let mut outcome = Outcome::Busy;
-    let mut failure = None;
+    let pass = drive(h, ctx, persisted_phase(h), &mut snap).await;
+    let now = Utc::now();
+    let workload = workload_for(h, &snap);
+    let facts = snap.facts(h, workload.as_ref());
+    let old = h.status.clone().unwrap_or_default();
+    let new = status::desired(&Inputs {
+        habitat: h,
+        phase: pass.phase,
+        snapshot: &snap,
+        facts: &facts,
+        outcome: &pass.outcome,
+        phase_changed: !pass.transitions.is_empty(),
+        now,
+    });
+    let notes = record(ctx, h, &uid, &pass, &old, &new, now);
+    if !status::same(&new, &old) {
+        persist(ctx, h, &ns, new).await?;
+    }
+    events::publish(&ctx.recorder, h, &notes).await;
+    match pass.failure {
+        Some(e) => Err(e),
+        None => Ok(next_action(ctx, h, &uid, &pass.outcome)),
+    }
+}
+
+/// The persisted phase; an unknown value restarts the lifecycle.
+fn persisted_phase(h: &Habitat) -> Phase {
+    h.phase_str().map_or(Phase::Pending, |p| {
+        p.parse().unwrap_or_else(|e| {
+            tracing::warn!(name = %h.name_any(), error = %e, "restarting the lifecycle from Pending");
+            Phase::Pending
+        })
+    })
+}
+
+/// What one pass of decide → act did.
+struct Pass {
+    phase: Phase,
+    transitions: Vec<(Phase, Phase)>,
+    notes: Vec<Note>,
+    outcome: Outcome,
+    failure: Option<Error>,
+}
+
+/// Decides and acts until the machine waits, a step fails, or the step limit is reached.
+async fn drive(
+    h: &Habitat,
+    ctx: &Context,
+    phase: Phase,
+    snap: &mut crate::observe::Snapshot,
+) -> Pass {
+    let mut pass = Pass {
+        phase,
+        transitions: vec![],
+        notes: vec![],
+        outcome: Outcome::Busy,
+        failure: None,
+    };
     for _ in 0..MAX_STEPS {
-        let workload = workload_for(h, &snap);
-        let d = decide(phase, &snap.facts(h, workload.as_ref()));
-        if d.phase != phase {
-            transitions.push((phase, d.phase));
-            phase = d.phase;
+        let workload = workload_for(h, snap);
+        let d = decide(pass.phase, &snap.facts(h, workload.as_ref()));
+        if d.phase != pass.phase {
+            pass.transitions.push((pass.phase, d.phase));
+            pass.phase = d.phase;
         }
         match d.step {
             Step::Advance => {}
             Step::Wait(b) => {
-                outcome = Outcome::Waiting(b);
+                pass.outcome = Outcome::Waiting(b);
                 break;
             }
+            // Termination is recorded by the status write; the finalizer helper then releases.
             Step::Cleanup => {
-                outcome = Outcome::Waiting(Blocker::Nothing);
+                pass.outcome = Outcome::Waiting(Blocker::Nothing);
                 break;
             }
             step => {
-                if let Err(e) = act(step, h, ctx, &mut snap, workload.as_ref(), &mut notes).await {
-                    outcome = Outcome::Failed(e.chain(1024));
-                    failure = Some(e);
+                if let Err(e) = act(step, h, ctx, snap, workload.as_ref(), &mut pass.notes).await {
+                    pass.outcome = Outcome::Failed(e.chain(1024));
+                    pass.failure = Some(e);
                     break;
                 }
             }
         }
     }
-    let workload = workload_for(h, &snap);
-    let facts = snap.facts(h, workload.as_ref());
-    let now = Utc::now();
-    let inputs = Inputs {
-        habitat: h,
-        phase,
-        snapshot: &snap,
-        facts: &facts,
-        outcome: &outcome,
-        phase_changed: !transitions.is_empty(),
-        now,
-    };
-    let new_status = status::desired(&inputs);
-    let old_status = h.status.clone().unwrap_or_default();
+    pass
+}
 
-    let since = old_status
+/// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
+/// that asks the user to act, and per distinct failure.
+fn record(
+    ctx: &Context,
+    h: &Habitat,
+    uid: &str,
+    pass: &Pass,
+    old: &crate::api::HabitatStatus,
+    new: &crate::api::HabitatStatus,
+    now: chrono::DateTime<Utc>,
+) -> Vec<Note> {
+    let mut notes = pass.notes.clone();
+    let since = old
         .last_phase_transition_time
         .as_ref()
         .map(crate::conditions::from_time);
-    for (i, (from, to)) in transitions.iter().enumerate() {
-        let in_from = if i == 0 {
+    for (i, (from, to)) in pass.transitions.iter().enumerate() {
+        // Only the first phase of the pass was entered before it; later ones lasted no time.
+        let seconds = if i == 0 {
             since.map(|s| (now - s).num_milliseconds() as f64 / 1000.0)
         } else {
             Some(0.0)
         };
-        ctx.metrics.transition(*from, *to, in_from);
-        let why = transition_reason(*to, &new_status);
-        notes.push(Note::transition(*from, *to, &why));
-        tracing::info!(namespace = %ns, name = %h.name_any(), from = %from, to = %to, "phase transition");
+        ctx.metrics.transition(*from, *to, seconds);
+        notes.push(Note::transition(*from, *to, &transition_reason(*to, new)));
+        tracing::info!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), from = %from, to = %to, "phase transition");
     }
-    notes.extend(user_warnings(
-        &old_status.conditions,
-        &new_status.conditions,
-    ));
-    if let Some(e) = &failure {
-        let message = e.chain(1024);
-        let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
-        if last.get(&uid) != Some(&message) {
-            notes.push(Note::warning(e.category(), message.clone()));
-            last.insert(uid.clone(), message);
+    notes.extend(user_warnings(&old.conditions, &new.conditions));
+    let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+    match &pass.failure {
+        Some(e) => {
+            let message = e.chain(1024);
+            if last.get(uid) != Some(&message) {
+                notes.push(Note::warning(e.category(), message.clone()));
+                last.insert(uid.to_string(), message);
+            }
         }
-    } else {
-        ctx.last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
+        None => {
+            last.remove(uid);
+        }
     }
-
-    if !status::same(&new_status, &old_status) {
-        persist(ctx, h, &ns, new_status).await?;
-    }
-    events::publish(&ctx.recorder, h, &notes).await;
-
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    Ok(next_action(ctx, h, &uid, &outcome))
+    notes
 }
 
 fn workload_for(h: &Habitat, snap: &crate::observe::Snapshot) -> Option<build::Workload> {
