@@ -73,6 +73,20 @@ pub enum Election {
 }
 
 impl Census {
+    /// The IPs of the alive members of `service_group`.
+    pub fn alive_ips(&self, service_group: &str) -> Vec<String> {
+        self.census_groups
+            .get(service_group)
+            .map(|g| {
+                g.population
+                    .values()
+                    .filter(|m| m.alive)
+                    .map(|m| m.sys.ip.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The election state of `service_group` (`service.group`). A leader is trusted only when
     /// the election finished and the leader member is alive.
     pub fn election(&self, service_group: &str) -> Election {
@@ -254,6 +268,19 @@ pub(crate) mod tests {
                 ip: "10.0.0.2".into()
             }
         );
+    }
+
+    #[test]
+    fn alive_members_are_listed_by_ip() {
+        let c = parse(census_json(
+            "ElectionFinished",
+            &[
+                ("a1", "10.0.0.1", false, true),
+                ("b2", "10.0.0.2", true, false),
+            ],
+        ));
+        assert_eq!(c.alive_ips("redis.default"), ["10.0.0.1"]);
+        assert!(c.alive_ips("redis.blue").is_empty());
     }
 
     #[test]

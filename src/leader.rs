@@ -32,6 +32,7 @@ pub async fn observe(h: &Habitat, census: &dyn CensusSource, pods: &[Pod]) -> Le
                     _ => None,
                 };
                 return LeaderView::Observed {
+                    alive: c.alive_ips(&group),
                     election,
                     pod: leader_pod,
                 };

@@ -32,6 +32,8 @@ pub enum LeaderView {
         election: Election,
         /// The leader's pod, when elected and found among the pods.
         pod: Option<String>,
+        /// IPs of the group's alive members.
+        alive: Vec<String>,
     },
 }
 
@@ -241,6 +243,7 @@ impl Snapshot {
         let leader_pod = self.leader.pod();
         let pod_replacement_due = leader_topology
             && !self.replaced_pod
+            && self.members_in_census()
             && self.statefulset.as_ref().is_some_and(|s| {
                 rollout::next_replacement(s, &self.pods, count, leader_pod).is_some()
             });
@@ -266,6 +269,21 @@ impl Snapshot {
             leader_observed: self.leader != LeaderView::NotObserved,
             leader_known: leader_pod.is_some(),
             leader_published: leader_pod.is_some() && self.mislabelled_pods(leader_pod).is_empty(),
+        }
+    }
+
+    /// Whether every running pod is an alive member of the group's census. Before the census is
+    /// read this reconcile it counts as true, so the machine asks to read it first.
+    fn members_in_census(&self) -> bool {
+        match &self.leader {
+            LeaderView::NotObserved => true,
+            LeaderView::Unreachable(_) => false,
+            LeaderView::Observed { alive, .. } => self
+                .pods
+                .iter()
+                .filter(|p| peer::is_running(p))
+                .filter_map(|p| peer::pod_ip(p))
+                .all(|ip| alive.iter().any(|a| a == ip)),
         }
     }
 

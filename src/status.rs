@@ -229,7 +229,7 @@ fn leader_condition(h: &Habitat, view: &LeaderView) -> Desired {
             R::NoQuorum,
             format!("{group} has no quorum yet: a majority of its members must be alive to elect a leader"),
         ),
-        LeaderView::Observed { election: Election::Elected { ip }, pod: None } => {
+        LeaderView::Observed { election: Election::Elected { ip }, pod: None, .. } => {
             (false, R::NoElection, format!("the census names leader {ip}, which is no running pod of this Habitat"))
         }
         LeaderView::Observed { .. } => (false, R::NoElection, format!("no election has finished in {group}")),

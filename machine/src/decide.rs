@@ -240,7 +240,12 @@ fn maintenance_step(f: &Facts) -> Option<Step> {
     } else if let Some(step) = workload_step(f) {
         Some(step)
     } else if f.pod_replacement_due {
-        Some(Step::ReplacePod)
+        // A leader group replaces a member only once the census shows the others alive.
+        Some(if f.leader_topology && !f.leader_observed {
+            Step::ObserveLeader
+        } else {
+            Step::ReplacePod
+        })
     } else {
         None
     }

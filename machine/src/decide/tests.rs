@@ -197,6 +197,17 @@ fn a_spec_change_moves_ready_to_updating_and_back_when_rolled_out() {
 }
 
 #[test]
+fn a_leader_group_reads_the_census_before_replacing_a_member() {
+    let f = Facts {
+        rollout_done: false,
+        pod_replacement_due: true,
+        leader_observed: false,
+        ..leader()
+    };
+    assert_eq!(decide(Phase::Updating, &f).step, Step::ObserveLeader);
+}
+
+#[test]
 fn updating_replaces_pods_one_at_a_time_when_the_operator_rolls_out() {
     let f = Facts {
         rollout_done: false,
