@@ -311,3 +311,79 @@ impl Snapshot {
         sts && headless && leader
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::{habitat, HabitatFixture};
+    use crate::peer::tests::pod;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    fn outdated_group() -> Snapshot {
+        let mut pods: Vec<Pod> = (0..3)
+            .map(|i| pod(i, &format!("10.0.0.{i}"), "Running", true))
+            .collect();
+        for p in &mut pods {
+            p.metadata.labels =
+                Some([("controller-revision-hash".to_string(), "old".to_string())].into());
+        }
+        let mut sts = StatefulSet::default();
+        sts.status = Some(StatefulSetStatus {
+            update_revision: Some("new".into()),
+            replicas: 3,
+            ..Default::default()
+        });
+        Snapshot {
+            statefulset: Some(sts),
+            peer_config: None,
+            headless: None,
+            leader_service: None,
+            budget: None,
+            pods,
+            bound_pods: vec![],
+            key: KeyState::NotRequired,
+            secret_problem: None,
+            spec_problem: None,
+            leader: LeaderView::NotObserved,
+            replaced_pod: false,
+        }
+    }
+
+    fn observed(alive: &[&str]) -> LeaderView {
+        LeaderView::Observed {
+            election: Election::Elected {
+                ip: "10.0.0.0".into(),
+            },
+            pod: Some("redis-0".into()),
+            alive: alive.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_member_is_replaced_only_when_the_census_shows_every_running_member_alive() {
+        let h = habitat().leader().count(3);
+        let mut snap = outdated_group();
+        assert!(
+            snap.facts(&h, None).pod_replacement_due,
+            "due before the census is read, so it is read"
+        );
+        snap.leader = observed(&["10.0.0.0", "10.0.0.1"]);
+        assert!(
+            !snap.facts(&h, None).pod_replacement_due,
+            "10.0.0.2 has not rejoined"
+        );
+        snap.leader = observed(&["10.0.0.0", "10.0.0.1", "10.0.0.2"]);
+        assert!(snap.facts(&h, None).pod_replacement_due);
+        snap.leader = LeaderView::Unreachable("timeout".into());
+        assert!(!snap.facts(&h, None).pod_replacement_due);
+    }
+
+    #[test]
+    fn standalone_groups_never_replace_pods_themselves() {
+        assert!(
+            !outdated_group()
+                .facts(&habitat().count(3), None)
+                .pod_replacement_due
+        );
+    }
+}
