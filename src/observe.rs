@@ -327,12 +327,14 @@ mod tests {
             p.metadata.labels =
                 Some([("controller-revision-hash".to_string(), "old".to_string())].into());
         }
-        let mut sts = StatefulSet::default();
-        sts.status = Some(StatefulSetStatus {
-            update_revision: Some("new".into()),
-            replicas: 3,
+        let sts = StatefulSet {
+            status: Some(StatefulSetStatus {
+                update_revision: Some("new".into()),
+                replicas: 3,
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         Snapshot {
             statefulset: Some(sts),
             peer_config: None,
