@@ -1,7 +1,6 @@
 //! `habitat-operator sandbox`: a simulated cluster on loopback, the CRD and manifests applied,
 //! the operator running against it, and a live table of the Habitats' phases.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -195,27 +194,37 @@ fn blocked_reason(h: &Habitat) -> String {
 }
 
 fn render(items: &[Habitat]) -> String {
-    let mut rows = BTreeMap::new();
-    for h in items {
-        let s = h.status.clone().unwrap_or_default();
-        rows.insert(
-            (h.namespace().unwrap_or_default(), h.name_any()),
+    let mut rows: Vec<[String; 6]> = items
+        .iter()
+        .map(|h| {
+            let s = h.status.clone().unwrap_or_default();
             [
+                h.namespace().unwrap_or_default(),
+                h.name_any(),
                 s.phase.unwrap_or_else(|| "-".into()),
                 s.ready.unwrap_or_else(|| "-".into()),
                 s.leader.unwrap_or_else(|| "-".into()),
                 h.spec.service.topology.as_str().to_string(),
-            ],
-        );
+            ]
+        })
+        .collect();
+    rows.sort();
+    let header = ["NAMESPACE", "NAME", "PHASE", "READY", "LEADER", "TOPOLOGY"].map(String::from);
+    let mut widths = [0usize; 6];
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
     }
-    let mut out = format!(
-        "{:<14} {:<22} {:<15} {:<6} {:<16} {}\n",
-        "NAMESPACE", "NAME", "PHASE", "READY", "LEADER", "TOPOLOGY"
-    );
-    for ((ns, name), [phase, ready, leader, topology]) in rows {
-        out.push_str(&format!(
-            "{ns:<14} {name:<22} {phase:<15} {ready:<6} {leader:<16} {topology}\n"
-        ));
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
     }
     out
 }
