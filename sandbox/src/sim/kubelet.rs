@@ -175,13 +175,15 @@ impl Kubelet {
             return;
         };
         let storage = StorageKey::new("", "pods");
+        let live: HashSet<String> = inner
+            .raw_list(&storage, None)
+            .map(|(_, p)| meta::uid_of(p).to_string())
+            .collect();
+        // Only pods with something to do are copied: a settled pod costs a look, not a clone.
         let pods: Vec<(ObjKey, Value)> = inner
             .raw_list(&storage, None)
+            .filter(|(_, p)| self.needs_sync(p))
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let live: HashSet<String> = pods
-            .iter()
-            .map(|(_, p)| meta::uid_of(p).to_string())
             .collect();
         self.ips.retain(&live);
         self.scheduled.retain(|uid, _| live.contains(uid));
@@ -190,6 +192,17 @@ impl Kubelet {
                 tracing::debug!("kubelet: {}/{}: {e}", key.namespace, key.name);
             }
         }
+    }
+
+    /// Whether `sync` would change anything for `pod`.
+    fn needs_sync(&self, pod: &Value) -> bool {
+        meta::is_deleting(pod)
+            || pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+            || match pod["status"]["phase"].as_str().unwrap_or("Pending") {
+                "Pending" => true,
+                "Running" => is_ready(pod) != self.ready(pod),
+                _ => false,
+            }
     }
 
     fn sync(

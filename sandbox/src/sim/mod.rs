@@ -20,7 +20,11 @@ pub struct Simulation {
     hub: Option<Arc<supervisor::Hub>>,
 }
 
-/// Run `step` after every store change and at least every [`TICK`].
+/// How long a loop lets a burst of store changes gather before it steps once for all of them.
+pub const DEBOUNCE: Duration = Duration::from_millis(15);
+
+/// Run `step` after store changes (a burst of changes counts once) and at least every [`TICK`].
+/// Each step scans its whole kind, so stepping per change would make a busy sandbox quadratic.
 fn spawn_loop<F>(store: Arc<Store>, mut step: F) -> JoinHandle<()>
 where
     F: FnMut(&Arc<Store>) + Send + 'static,
@@ -30,7 +34,12 @@ where
         loop {
             step(&store);
             tokio::select! {
-                _ = changed.changed() => {}
+                r = changed.changed() => {
+                    if r.is_ok() {
+                        tokio::time::sleep(DEBOUNCE).await;
+                        changed.borrow_and_update();
+                    }
+                }
                 _ = tokio::time::sleep(TICK) => {}
             }
         }
@@ -44,10 +53,10 @@ impl Simulation {
             .simulate_supervisors
             .then(|| Arc::new(supervisor::Hub::new(store.clone())));
         let mut kubelet = kubelet::Kubelet::new(opts.pod_ready_delay, hub.clone());
-        let mut tasks = vec![
-            spawn_loop(store.clone(), move |s| kubelet.step(s)),
-            spawn_loop(store.clone(), statefulset::step),
-        ];
+        let mut tasks = vec![spawn_loop(store.clone(), move |s| kubelet.step(s)), {
+            let mut controller = statefulset::Controller::default();
+            spawn_loop(store.clone(), move |s| controller.step(s))
+        }];
         if let Some(h) = &hub {
             let h = h.clone();
             tasks.push(spawn_loop(store, move |_| h.step()));

@@ -6,7 +6,7 @@ use crate::meta;
 use crate::registry::{ResourceType, StorageKey};
 use crate::store::{DeleteOptions, Inner, Store};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Canonical (sorted-key) JSON text, for stable hashing.
@@ -52,24 +52,66 @@ pub fn revision_name(sts: &str, template: &Value) -> String {
     format!("{sts}-{:010x}", h & 0xff_ffff_ffff)
 }
 
-/// One controller pass over every StatefulSet.
-pub fn step(store: &Arc<Store>) {
-    let mut inner = store.lock();
-    let storage = StorageKey::new("apps", "statefulsets");
-    let all: Vec<Value> = inner
-        .raw_list(&storage, None)
-        .map(|(_, v)| v.clone())
-        .collect();
-    for sts in all {
-        if meta::is_deleting(&sts) {
-            continue;
+/// The StatefulSet controller. It remembers what each StatefulSet and its pods looked like
+/// when it last synced them, and syncs only those that changed since: a pass over an idle
+/// fleet costs a scan of resourceVersions, not a copy of every object.
+#[derive(Debug, Default)]
+pub struct Controller {
+    seen: HashMap<String, String>,
+}
+
+impl Controller {
+    /// One controller pass over every StatefulSet that changed.
+    pub fn step(&mut self, store: &Arc<Store>) {
+        let mut inner = store.lock();
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut owned: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for (_, p) in inner.raw_list(&StorageKey::new("", "pods"), None) {
+            for uid in meta::owner_uids(p) {
+                owned
+                    .entry(uid.to_string())
+                    .or_default()
+                    .push((meta::name(p).to_string(), rv(p)));
+            }
         }
-        if let Err(e) = sync(&mut inner, &sts) {
-            tracing::debug!(
-                "statefulset {}/{}: {e}",
-                meta::namespace(&sts),
-                meta::name(&sts)
-            );
+        let mut due: Vec<Value> = Vec::new();
+        let mut live = std::collections::HashSet::new();
+        for (_, sts) in inner.raw_list(&StorageKey::new("apps", "statefulsets"), None) {
+            let uid = meta::uid_of(sts).to_string();
+            let mut pods = owned.get(&uid).cloned().unwrap_or_default();
+            pods.sort();
+            let signature = format!("{}|{pods:?}", rv(sts));
+            live.insert(uid.clone());
+            if self.seen.get(&uid) != Some(&signature) {
+                self.seen.insert(uid, signature);
+                due.push(sts.clone());
+            }
+        }
+        self.seen.retain(|uid, _| live.contains(uid));
+        for sts in due {
+            if meta::is_deleting(&sts) {
+                continue;
+            }
+            let uid = meta::uid_of(&sts);
+            let pods: Vec<Value> = inner
+                .raw_list(&StorageKey::new("", "pods"), Some(meta::namespace(&sts)))
+                .filter(|(_, p)| meta::owner_uids(p).contains(&uid))
+                .map(|(_, p)| p.clone())
+                .collect();
+            if let Err(e) = sync(&mut inner, &sts, &pods) {
+                // Retried on the next pass, changed or not.
+                self.seen.remove(uid);
+                tracing::debug!(
+                    "statefulset {}/{}: {e}",
+                    meta::namespace(&sts),
+                    meta::name(&sts)
+                );
+            }
         }
     }
 }
@@ -100,13 +142,12 @@ fn revision_of(pod: &Value) -> &str {
         .unwrap_or_default()
 }
 
-fn sync(inner: &mut Inner, sts: &Value) -> Result<(), crate::ApiError> {
+fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::ApiError> {
     let Some(t) = types(inner) else {
         return Ok(());
     };
     let name = meta::name(sts).to_string();
     let ns = meta::namespace(sts).to_string();
-    let uid = meta::uid_of(sts).to_string();
     let spec = &sts["spec"];
     let replicas = spec["replicas"].as_u64().unwrap_or(1) as usize;
     let parallel = spec["podManagementPolicy"] == "Parallel";
@@ -127,11 +168,9 @@ fn sync(inner: &mut Inner, sts: &Value) -> Result<(), crate::ApiError> {
         .unwrap_or(&update_rev)
         .to_string();
     let mut pods: BTreeMap<usize, Value> = BTreeMap::new();
-    for (_, p) in inner.raw_list(&StorageKey::new("", "pods"), Some(&ns)) {
-        if meta::owner_uids(p).contains(&uid.as_str()) {
-            if let Some(o) = ordinal(&name, meta::name(p)) {
-                pods.insert(o, p.clone());
-            }
+    for p in owned {
+        if let Some(o) = ordinal(&name, meta::name(p)) {
+            pods.insert(o, p.clone());
         }
     }
     let grace = DeleteOptions::default();

@@ -160,6 +160,11 @@ impl Store {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.tx.subscribe()
     }
+
+    /// The resourceVersion of the latest change.
+    pub fn version(&self) -> u64 {
+        *self.tx.borrow()
+    }
 }
 
 impl Inner {

@@ -109,6 +109,8 @@ pub struct Group {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The store version the members and rings were last derived from.
+    seen_version: Option<u64>,
     members: HashMap<String, Member>,
     groups: HashMap<(String, String), Group>,
     listeners: HashMap<String, JoinHandle<()>>,
@@ -223,6 +225,12 @@ impl Hub {
 
     /// One pass: track pods, open/close gateways, run elections.
     pub fn step(self: &Arc<Self>) {
+        // Membership and rings follow the store; elections also follow the clock.
+        let version = self.store.version();
+        if self.state().seen_version == Some(version) {
+            elect(&mut self.state());
+            return;
+        }
         let (pods, config_maps): (Vec<Value>, Vec<Value>) = {
             let inner = self.store.lock();
             let list = |plural: &'static str| -> Vec<Value> {
@@ -234,6 +242,7 @@ impl Hub {
             (list("pods"), list("configmaps"))
         };
         let mut st = self.state();
+        st.seen_version = Some(version);
         let mut seen = HashSet::new();
         for pod in &pods {
             let uid = meta::uid_of(pod).to_string();
