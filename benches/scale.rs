@@ -8,12 +8,11 @@
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use habitat_operator::cli::{LogArgs, RunArgs};
+use habitat_operator::cli::RunArgs;
 use habitat_operator::telemetry::LogFormat;
 use habitat_sandbox::{Options, Sandbox};
 use kube::api::ListParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, CustomResourceExt};
+use kube::{Api, Client, CustomResourceExt};
 
 fn quantile(metrics: &str, name: &str, q: f64) -> Option<f64> {
     let buckets: Vec<(f64, f64)> = metrics
@@ -60,11 +59,9 @@ async fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(50);
     let sandbox = Sandbox::start(Options::default()).await.expect("sandbox");
-    let kc = Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let client = habitat_operator::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
         .await
-        .expect("config");
-    let client = Client::try_from(config).expect("client");
+        .expect("client");
     sandbox
         .apply_yaml(&serde_yaml::to_string(&Habitat::crd()).expect("crd"))
         .await
@@ -73,18 +70,7 @@ async fn main() {
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port");
-    let args = RunArgs {
-        namespace: None,
-        workers: 4,
-        metrics_addr,
-        leader_elect: false,
-        leader_elect_namespace: None,
-        kubeconfig: None,
-        log: LogArgs {
-            log_level: "error".into(),
-            log_format: LogFormat::Text,
-        },
-    };
+    let args = RunArgs::embedded(metrics_addr, "error", LogFormat::Text);
     let operator = client.clone();
     tokio::spawn(async move { habitat_operator::runner::run(operator, &args).await });
 

@@ -64,6 +64,25 @@ pub struct RunArgs {
     pub log: LogArgs,
 }
 
+impl RunArgs {
+    /// The settings of an operator embedded in another command (the sandbox, the benchmark):
+    /// all namespaces, four workers, no leader election, the given endpoint and logging.
+    pub fn embedded(metrics_addr: SocketAddr, log_level: &str, log_format: LogFormat) -> Self {
+        RunArgs {
+            namespace: None,
+            workers: 4,
+            metrics_addr,
+            leader_elect: false,
+            leader_elect_namespace: None,
+            kubeconfig: None,
+            log: LogArgs {
+                log_level: log_level.to_string(),
+                log_format,
+            },
+        }
+    }
+}
+
 /// Flags of `sandbox`.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {

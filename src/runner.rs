@@ -49,6 +49,15 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunE
     Ok(Client::try_from(config)?)
 }
 
+/// A client for the kubeconfig in `yaml` (the sandbox writes one).
+pub async fn client_from_yaml(yaml: &str) -> Result<Client, RunError> {
+    let kc = Kubeconfig::from_yaml(yaml).map_err(|e| RunError::Config(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| RunError::Config(e.to_string()))?;
+    Ok(Client::try_from(config)?)
+}
+
 /// Runs the operator with `args` against `client` until a termination signal.
 pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
     let metrics = Metrics::default();

@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use habitat_operator::cli::{LogArgs, RunArgs, SandboxArgs};
+use habitat_operator::cli::{RunArgs, SandboxArgs};
 use habitat_operator::runner;
 use habitat_sandbox::{Options, Sandbox};
 use kube::api::ListParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
 
 /// Runs the sandbox command.
 pub async fn run(args: SandboxArgs) -> Result<(), String> {
@@ -55,18 +54,7 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
     let client = client_for(&sandbox).await?;
     if !args.no_operator {
         let metrics_addr = free_or_any(args.metrics_addr);
-        let run_args = RunArgs {
-            namespace: None,
-            workers: 4,
-            metrics_addr,
-            leader_elect: false,
-            leader_elect_namespace: None,
-            kubeconfig: None,
-            log: LogArgs {
-                log_level: args.log_level.clone(),
-                log_format: args.log_format,
-            },
-        };
+        let run_args = RunArgs::embedded(metrics_addr, &args.log_level, args.log_format);
         let operator_client = client.clone();
         tokio::spawn(async move {
             if let Err(e) = runner::run(operator_client, &run_args).await {
@@ -121,11 +109,9 @@ fn default_manifests() -> Vec<PathBuf> {
 }
 
 async fn client_for(sandbox: &Sandbox) -> Result<Client, String> {
-    let kc = Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).map_err(|e| e.to_string())?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    runner::client_from_yaml(&sandbox.kubeconfig_yaml())
         .await
-        .map_err(|e| e.to_string())?;
-    Client::try_from(config).map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Prints the table whenever it changes; with --until-ready, returns once all are Ready.
