@@ -202,14 +202,14 @@ async fn on_delete_updates_only_deleted_pods() {
 }
 
 async fn census(ip: &str) -> Option<Value> {
-    let (code, body) = raw(
+    let (code, body) = try_raw(
         &format!("{ip}:9631"),
         "GET",
         "/census",
         "application/json",
         "",
     )
-    .await;
+    .await?;
     (code == 200)
         .then(|| serde_json::from_str(&body).ok())
         .flatten()

@@ -17,21 +17,35 @@ pub async fn start() -> Sandbox {
 
 /// Send a request and read the whole response (until the server closes the connection).
 pub async fn raw(addr: &str, method: &str, path: &str, ctype: &str, body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    try_raw(addr, method, path, ctype, body)
+        .await
+        .expect("the server answers")
+}
+
+/// Like [`raw`], but `None` when nothing listens or the exchange fails (a supervisor's gateway
+/// opens a moment after its pod gets an IP).
+pub async fn try_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    ctype: &str,
+    body: &str,
+) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let req = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.expect("write");
+    s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.expect("read");
+    s.read_to_end(&mut buf).await.ok()?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let code = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (code, body)
+    Some((code, body))
 }
 
 pub fn addr(sb: &Sandbox) -> String {
