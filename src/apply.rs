@@ -64,7 +64,7 @@ where
     .await
     .map_err(|source| Error::Apply {
         action: "apply",
-        kind: kind_name::<K>(),
+        kind: K::kind(&()).into_owned(),
         name,
         source,
     })
@@ -84,15 +84,11 @@ where
         Err(e) if is_not_found(&e) => Ok(()),
         Err(source) => Err(Error::Apply {
             action: "delete",
-            kind: kind_name::<K>(),
+            kind: K::kind(&()).into_owned(),
             name: name.to_string(),
             source,
         }),
     }
-}
-
-fn kind_name<K: Resource<DynamicType = ()>>() -> String {
-    K::kind(&()).into_owned()
 }
 
 #[cfg(test)]

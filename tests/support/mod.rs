@@ -126,17 +126,16 @@ impl Env {
             .take(60)
             .collect::<String>();
         let client = client(&kubeconfig).await;
-        let env_partial = |operator_proc| Env {
-            kubeconfig: kubeconfig.clone(),
+        let mut env = Env {
+            kubeconfig,
             namespace: namespace.clone(),
-            client: client.clone(),
+            client,
             metrics: String::new(),
             _dir: dir,
             _sandbox: sandbox,
-            _operator: operator_proc,
+            _operator: None,
             real,
         };
-        let mut env = env_partial(None);
         env.kubectl_ok(&[
             "apply",
             "-f",
