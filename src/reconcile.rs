@@ -57,6 +57,15 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
     let result = match result {
         Ok(action) => Ok(action),
         Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
+        // The cached object predates our own finalizer patch (another event woke it before the
+        // watch delivered the patched object): the patch's test fails. Look again shortly; this is
+        // not a failure.
+        Err(finalizer::Error::AddFinalizer(kube::Error::Api(s)))
+            if s.code == 409 || s.code == 422 =>
+        {
+            tracing::debug!(%name, "finalizer already being added; retrying with a fresh copy");
+            Ok(Action::requeue(Duration::from_millis(200)))
+        }
         // A stale cache entry of an object that is already gone: the deletion is complete.
         Err(finalizer::Error::RemoveFinalizer(e)) if crate::error::is_not_found(&e) => {
             Ok(Action::await_change())
@@ -95,10 +104,10 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .and_then(|r| remembered_key(ctx, &ns, &r.name));
 
     let mut snap = observe(h, &ctx.stores, generated);
-    let pass = drive(h, ctx, persisted_phase(h), &mut snap).await;
+    let mut desired = DesiredWorkload::default();
+    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut desired).await;
     let now = Utc::now();
-    let workload = workload_for(h, &snap);
-    let facts = snap.facts(h, workload.as_ref());
+    let facts = snap.facts(h, desired.get(h, &snap));
     let old = h.status.clone().unwrap_or_default();
     let new = status::desired(&Inputs {
         habitat: h,
@@ -145,6 +154,7 @@ async fn drive(
     ctx: &Context,
     phase: Phase,
     snap: &mut crate::observe::Snapshot,
+    desired: &mut DesiredWorkload,
 ) -> Pass {
     let mut pass = Pass {
         phase,
@@ -154,8 +164,8 @@ async fn drive(
         failure: None,
     };
     for _ in 0..MAX_STEPS {
-        let workload = workload_for(h, snap);
-        let d = decide(pass.phase, &snap.facts(h, workload.as_ref()));
+        let workload = desired.get(h, snap);
+        let d = decide(pass.phase, &snap.facts(h, workload));
         if d.phase != pass.phase {
             pass.transitions.push((pass.phase, d.phase));
             pass.phase = d.phase;
@@ -172,7 +182,7 @@ async fn drive(
                 break;
             }
             step => {
-                if let Err(e) = act(step, h, ctx, snap, workload.as_ref(), &mut pass.notes).await {
+                if let Err(e) = act(step, h, ctx, snap, workload, &mut pass.notes).await {
                     pass.outcome = Outcome::Failed(e.chain(1024));
                     pass.failure = Some(e);
                     break;
@@ -225,6 +235,24 @@ fn record(
         }
     }
     notes
+}
+
+/// The desired workload of one reconcile. It depends on the spec and the resolved ring key
+/// only, so it is built again only when the key changes, not on every decision.
+#[derive(Default)]
+struct DesiredWorkload {
+    built_for: Option<crate::ring::KeyState>,
+    workload: Option<build::Workload>,
+}
+
+impl DesiredWorkload {
+    fn get(&mut self, h: &Habitat, snap: &crate::observe::Snapshot) -> Option<&build::Workload> {
+        if self.built_for.as_ref() != Some(&snap.key) {
+            self.workload = workload_for(h, snap);
+            self.built_for = Some(snap.key.clone());
+        }
+        self.workload.as_ref()
+    }
 }
 
 fn workload_for(h: &Habitat, snap: &crate::observe::Snapshot) -> Option<build::Workload> {
@@ -323,7 +351,8 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
     let leader = h.spec.service.topology == Topology::Leader;
     match outcome {
         Outcome::Busy => Action::requeue(Duration::from_millis(200)),
-        Outcome::Failed(_) => Action::requeue(ctx.backoffs.next(uid)),
+        // Not reached: a failed pass returns its error, and `error_policy` picks the delay.
+        Outcome::Failed(_) => Action::requeue(Duration::from_secs(1)),
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
             let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
