@@ -100,7 +100,11 @@ pub async fn act(
         Step::PublishLeader => {
             let leader = snap.leader.pod().map(str::to_string);
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            for (name, should) in snap.mislabelled_pods(leader.as_deref()) {
+            let mislabelled = snap.mislabelled_pods(leader.as_deref());
+            // The label lands on a pod without it exactly when a new member leads: another pod,
+            // or the same pod name after its pod was replaced (a new supervisor).
+            let new_leader = mislabelled.iter().any(|(_, should)| *should);
+            for (name, should) in mislabelled {
                 let value = if should {
                     json!("true")
                 } else {
@@ -120,14 +124,17 @@ pub async fn act(
                     *slot = updated;
                 }
             }
-            let previous = h.status.as_ref().and_then(|s| s.leader.clone());
-            if previous != leader {
+            if new_leader {
                 ctx.metrics.leader_changed();
-                let from = previous.unwrap_or_else(|| "none".into());
+                let from = h
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.leader.clone())
+                    .unwrap_or_else(|| "none".into());
                 let to = leader.unwrap_or_else(|| "none".into());
                 notes.push(Note::normal(
                     "LeaderChanged",
-                    format!("the leader moved from {from} to {to}"),
+                    format!("{to} leads now (previously {from})"),
                 ));
             }
         }
