@@ -88,6 +88,14 @@ impl RunArgs {
 pub struct SandboxArgs {
     /// Manifests to apply (default: every examples/*/habitat.yml).
     pub files: Vec<PathBuf>,
+    /// Serve no API server: play the nodes (kubelet and Habitat supervisors) of the API server
+    /// in this kubeconfig, which must have no Nodes (a test control plane, as kwok does). Only
+    /// the simulated nodes run; apply manifests and run the operator against it yourself.
+    #[arg(long, conflicts_with_all = ["files", "until_ready", "kubeconfig_out", "no_operator", "port"])]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: simulate only the pods of this namespace (default: all namespaces).
+    #[arg(long, requires = "kubeconfig")]
+    pub namespace: Option<String>,
     /// Exit 0 once every Habitat is Ready (non-zero on timeout).
     #[arg(long)]
     pub until_ready: bool,
@@ -177,6 +185,39 @@ mod tests {
         assert_eq!(r.workers, 8);
         assert!(r.leader_elect);
         assert_eq!(r.log.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn sandbox_nodes_mode_takes_a_kubeconfig_and_refuses_sandbox_only_flags() {
+        let cli = Cli::try_parse_from([
+            "habitat-operator",
+            "sandbox",
+            "--kubeconfig",
+            "/tmp/kc",
+            "--namespace",
+            "e2e",
+        ])
+        .unwrap();
+        let Command::Sandbox(s) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            s.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/tmp/kc"))
+        );
+        assert_eq!(s.namespace.as_deref(), Some("e2e"));
+        for extra in [
+            "--until-ready",
+            "--no-operator",
+            "examples/leader/habitat.yml",
+        ] {
+            assert!(
+                Cli::try_parse_from(["habitat-operator", "sandbox", "--kubeconfig", "k", extra])
+                    .is_err(),
+                "{extra} must conflict with --kubeconfig"
+            );
+        }
+        assert!(Cli::try_parse_from(["habitat-operator", "sandbox", "--namespace", "x"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,9 @@ use kube::{Api, Client, CustomResourceExt, ResourceExt};
 
 /// Runs the sandbox command.
 pub async fn run(args: SandboxArgs) -> Result<(), String> {
+    if let Some(kubeconfig) = &args.kubeconfig {
+        return nodes(kubeconfig, args.namespace.clone()).await;
+    }
     let opts = Options {
         addr: ([127, 0, 0, 1], args.port).into(),
         ..Options::default()
@@ -66,6 +69,37 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
     let outcome = watch(&client, &args).await;
     sandbox.shutdown().await;
     outcome
+}
+
+/// `sandbox --kubeconfig FILE`: only the simulated nodes, against an existing API server, until
+/// SIGINT or SIGTERM.
+async fn nodes(kubeconfig: &Path, namespace: Option<String>) -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let client = runner::client(Some(kubeconfig))
+        .await
+        .map_err(|e| e.to_string())?;
+    let opts = habitat_sandbox::nodes::Options {
+        namespace: namespace.clone(),
+        ..Default::default()
+    };
+    let nodes = habitat_sandbox::nodes::Nodes::start(client, opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "simulating the nodes of the API server in {} ({})",
+        kubeconfig.display(),
+        namespace.map_or("every namespace".to_string(), |n| format!("namespace {n}"))
+    );
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    nodes.shutdown().await;
+    Ok(())
 }
 
 /// `addr` when it can be bound, otherwise a free port on the same IP (a busy default port must

@@ -17,6 +17,12 @@ pub enum Error {
     /// The simulated API server rejected a request.
     #[error("API error: {0}")]
     Api(#[from] ApiError),
+    /// The simulated nodes could not start.
+    #[error("cannot start the simulated nodes: {0}")]
+    Nodes(#[from] crate::nodes::NodesError),
+    /// A client of the embedded API server could not be built.
+    #[error("cannot build a client of the sandbox: {0}")]
+    Client(String),
 }
 
 /// An API error, rendered as a `metav1.Status` object.

@@ -34,12 +34,21 @@ impl Default for Options {
     }
 }
 
+/// A client of the embedded API server at `addr` (plain HTTP on loopback, no credentials).
+fn local_client(addr: SocketAddr) -> Result<kube::Client, Error> {
+    let url = format!("http://{addr}")
+        .parse()
+        .map_err(|e| Error::Client(format!("bad URL: {e}")))?;
+    kube::Client::try_from(kube::Config::new(url)).map_err(|e| Error::Client(e.to_string()))
+}
+
 /// A running simulated cluster.
 pub struct Sandbox {
     addr: SocketAddr,
     store: Arc<Store>,
     tasks: Vec<JoinHandle<()>>,
     sim: crate::sim::Simulation,
+    nodes: crate::nodes::Nodes,
     delete_delay: Duration,
 }
 
@@ -80,12 +89,23 @@ impl Sandbox {
                 sweep_store.lock().sweep();
             }
         }));
-        let sim = crate::sim::Simulation::start(store.clone(), &opts);
+        let sim = crate::sim::Simulation::start(store.clone());
+        let client = local_client(addr)?;
+        let nodes = crate::nodes::Nodes::start(
+            client,
+            crate::nodes::Options {
+                simulate_supervisors: opts.simulate_supervisors,
+                pod_ready_delay: opts.pod_ready_delay,
+                namespace: None,
+            },
+        )
+        .await?;
         Ok(Sandbox {
             addr,
             store,
             tasks,
             sim,
+            nodes,
             delete_delay: opts.pod_ready_delay,
         })
     }
@@ -177,7 +197,7 @@ impl Sandbox {
                 .resource("", "v1", "pods")
                 .ok_or_else(|| Error::Manifest("pods are not served".into()))?;
             let mut pod = inner.get(&rt, Some(namespace), name)?;
-            crate::sim::kubelet::mark_failed(&mut pod);
+            crate::nodes::kubelet::mark_failed(&mut pod);
             let pod = inner.update(&rt, Some(namespace), name, pod, true)?;
             meta::uid_of(&pod).to_string()
         };
@@ -204,6 +224,7 @@ impl Sandbox {
 
     /// Stop everything (API server, controllers, supervisors).
     pub async fn shutdown(self) {
+        self.nodes.shutdown().await;
         self.sim.shutdown().await;
         for t in &self.tasks {
             t.abort();

@@ -1,17 +1,22 @@
-//! The simulated kubelet: schedules pods onto `sandbox-node`, starts them after a delay with a
-//! unique loopback IP, tracks readiness (via the supervisor health endpoint for Habitat pods),
-//! and finishes graceful deletions.
+//! The simulated kubelet, an API client: binds pods to `sandbox-node` (there is no scheduler),
+//! starts them after a delay with a unique loopback IP, tracks readiness (through the supervisor
+//! health check for Habitat pods), and finishes graceful deletions, as a kubelet does.
 
 use super::supervisor::Hub;
 use crate::meta;
-use crate::registry::{ResourceType, StorageKey};
-use crate::store::{Inner, ObjKey, Propagation, Store};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How many API requests the kubelet has in flight at once.
+const CONCURRENCY: usize = 32;
 
 /// The node every pod runs on.
 pub const NODE_NAME: &str = "sandbox-node";
@@ -91,12 +96,30 @@ impl Default for IpPool {
     }
 }
 
+/// What the kubelet does next for one pod.
+#[derive(Debug, Clone, PartialEq)]
+enum Action {
+    /// Bind it to the node (the scheduler's job; there is none).
+    Bind,
+    /// Start it: phase Running, IPs, container statuses.
+    Start,
+    /// Its readiness changed.
+    SetReady(bool),
+    /// Finish a graceful deletion.
+    Delete,
+}
+
 /// Kubelet state.
 pub struct Kubelet {
+    client: Client,
     delay: Duration,
     hub: Option<Arc<Hub>>,
     ips: IpPool,
+    /// When each pod was first seen bound to the node.
     scheduled: HashMap<String, Instant>,
+    /// The resourceVersion each pod had when the kubelet last wrote it: until the watch shows a
+    /// newer one, the kubelet would only repeat itself.
+    acted: HashMap<String, String>,
 }
 
 fn condition(t: &str, ok: bool, since: &str) -> Value {
@@ -142,159 +165,164 @@ pub fn is_ready(pod: &Value) -> bool {
         })
 }
 
+fn pod_is_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && pod.metadata.deletion_timestamp.is_none()
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// True when the pod has a readiness probe the simulated supervisor answers.
-pub fn probes_supervisor(pod: &Value) -> bool {
-    pod["spec"]["containers"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["name"] == "habitat-service" && c["readinessProbe"]["httpGet"].is_object())
+pub fn probes_supervisor(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers.iter().any(|c| {
+            c.name == "habitat-service"
+                && c.readiness_probe
+                    .as_ref()
+                    .is_some_and(|p| p.http_get.is_some())
+        })
     })
 }
 
 impl Kubelet {
-    /// A kubelet with the given start delay.
-    pub fn new(delay: Duration, hub: Option<Arc<Hub>>) -> Self {
+    /// A kubelet acting through `client`, starting pods `delay` after they are bound.
+    pub fn new(client: Client, delay: Duration, hub: Option<Arc<Hub>>) -> Self {
         Kubelet {
+            client,
             delay,
             hub,
             ips: IpPool::new(),
             scheduled: HashMap::new(),
+            acted: HashMap::new(),
         }
     }
 
-    fn ready(&self, pod: &Value) -> bool {
+    fn ready(&self, pod: &Pod) -> bool {
         match &self.hub {
-            Some(h) if probes_supervisor(pod) => h.healthy(meta::uid_of(pod)),
+            Some(h) if probes_supervisor(pod) => h.healthy(&pod.uid().unwrap_or_default()),
             _ => true,
         }
     }
 
-    /// One reconcile pass over every pod.
-    pub fn step(&mut self, store: &Arc<Store>) {
-        let mut inner = store.lock();
-        let Some(rt) = inner.resource("", "v1", "pods") else {
-            return;
-        };
-        let storage = StorageKey::new("", "pods");
-        let live: HashSet<String> = inner
-            .raw_list(&storage, None)
-            .map(|(_, p)| meta::uid_of(p).to_string())
-            .collect();
-        // Only pods with something to do are copied: a settled pod costs a look, not a clone.
-        let pods: Vec<(ObjKey, Value)> = inner
-            .raw_list(&storage, None)
-            .filter(|(_, p)| self.needs_sync(p))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+    /// What to do for `pod` now, if anything.
+    fn action(&mut self, pod: &Pod) -> Option<Action> {
+        let uid = pod.uid()?;
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        if !node.is_empty() && node != NODE_NAME {
+            return None;
+        }
+        if self.acted.get(&uid) == pod.resource_version().as_ref() {
+            return None;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Some(Action::Delete);
+        }
+        if node.is_empty() {
+            return Some(Action::Bind);
+        }
+        let since = *self.scheduled.entry(uid).or_insert_with(Instant::now);
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            None | Some("Pending") => (since.elapsed() >= self.delay).then_some(Action::Start),
+            Some("Running") => {
+                let ready = self.ready(pod);
+                (pod_is_ready(pod) != ready).then_some(Action::SetReady(ready))
+            }
+            _ => None,
+        }
+    }
+
+    /// One pass over every pod the nodes see: each one with something to do gets one request.
+    pub async fn step(&mut self, pods: &[Arc<Pod>]) {
+        let live: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
         self.ips.retain(&live);
         self.scheduled.retain(|uid, _| live.contains(uid));
-        for (key, pod) in pods {
-            if let Err(e) = self.sync(&mut inner, &rt, &key, pod) {
-                tracing::debug!("kubelet: {}/{}: {e}", key.namespace, key.name);
-            }
-        }
-    }
-
-    /// Whether `sync` would change anything for `pod`.
-    fn needs_sync(&self, pod: &Value) -> bool {
-        meta::is_deleting(pod)
-            || pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
-            || match pod["status"]["phase"].as_str().unwrap_or("Pending") {
-                "Pending" => true,
-                "Running" => is_ready(pod) != self.ready(pod),
-                _ => false,
-            }
-    }
-
-    fn sync(
-        &mut self,
-        inner: &mut Inner,
-        rt: &ResourceType,
-        key: &ObjKey,
-        mut pod: Value,
-    ) -> Result<(), crate::ApiError> {
-        let ns = Some(key.namespace.as_str());
-        let uid = meta::uid_of(&pod).to_string();
-        if meta::is_deleting(&pod) {
-            if !meta::has_finalizers(&pod) {
-                inner.remove(key, Propagation::Background);
-            }
-            return Ok(());
-        }
-        let phase = pod["status"]["phase"]
-            .as_str()
-            .unwrap_or("Pending")
-            .to_string();
-        if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
-            pod["spec"]["nodeName"] = json!(NODE_NAME);
-            let mut pod = inner.update(rt, ns, &key.name, pod, false)?;
-            pod["status"]["conditions"] = json!([condition("PodScheduled", true, &meta::now())]);
-            inner.update(rt, ns, &key.name, pod, true)?;
-            self.scheduled.insert(uid, Instant::now());
-            return Ok(());
-        }
-        match phase.as_str() {
-            "Pending" => {
-                let since = *self
-                    .scheduled
-                    .entry(uid.clone())
-                    .or_insert_with(Instant::now);
-                if since.elapsed() < self.delay {
-                    return Ok(());
-                }
-                let ip = self.ips.allocate(&uid).to_string();
-                self.start(&mut pod, &ip);
-                inner.update(rt, ns, &key.name, pod, true)?;
-            }
-            "Running" => {
-                let ready = self.ready(&pod);
-                if is_ready(&pod) != ready {
-                    set_condition(&mut pod, "Ready", ready);
-                    set_condition(&mut pod, "ContainersReady", ready);
-                    if let Some(cs) = pod["status"]["containerStatuses"].as_array_mut() {
-                        for c in cs {
-                            c["ready"] = json!(ready);
-                        }
+        self.acted.retain(|uid, _| live.contains(uid));
+        let mut work = Vec::new();
+        for pod in pods {
+            if let Some(action) = self.action(pod) {
+                let status = match action {
+                    Action::Start => {
+                        let ip = self.ips.allocate(&pod.uid().unwrap_or_default());
+                        Some(self.started_status(pod, ip))
                     }
-                    inner.update(rt, ns, &key.name, pod, true)?;
-                }
+                    Action::SetReady(ready) => Some(readiness_status(pod, ready)),
+                    _ => None,
+                };
+                work.push((pod.clone(), action, status));
             }
-            _ => {}
         }
-        Ok(())
+        let client = &self.client;
+        let done: Vec<(String, Option<String>)> = futures::stream::iter(work)
+            .map(|(pod, action, status)| async move {
+                let uid = pod.uid().unwrap_or_default();
+                let result = act(client, &pod, &action, status).await;
+                if let Err(e) = &result {
+                    tracing::debug!(
+                        "kubelet: {:?} {}/{}: {e}",
+                        action,
+                        pod.namespace().unwrap_or_default(),
+                        pod.name_any()
+                    );
+                }
+                (uid, result.ok().and(pod.resource_version()))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for (uid, rv) in done {
+            match rv {
+                Some(rv) => self.acted.insert(uid, rv),
+                None => self.acted.remove(&uid),
+            };
+        }
     }
 
-    fn start(&self, pod: &mut Value, ip: &str) {
+    fn started_status(&self, pod: &Pod, ip: Ipv4Addr) -> Value {
         let now = meta::now();
         let ready = self.ready(pod);
-        let statuses: Vec<Value> = pod["spec"]["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let spec = pod.spec.clone().unwrap_or_default();
+        let statuses: Vec<Value> = spec
+            .containers
+            .iter()
             .map(|c| {
-                let image = c["image"].as_str().unwrap_or_default();
-                json!({"name": c["name"], "image": image,
+                let image = c.image.clone().unwrap_or_default();
+                json!({"name": c.name, "image": image,
                     "imageID": format!("docker.io/{image}@sha256:{}{}", meta::hex32(), meta::hex32()),
                     "containerID": format!("containerd://{}{}", meta::hex32(), meta::hex32()),
                     "ready": ready, "started": true, "restartCount": 0,
                     "state": {"running": {"startedAt": now}}, "lastState": {}})
             })
             .collect();
-        let inits: Vec<Value> = pod["spec"]["initContainers"]
-            .as_array()
-            .into_iter()
+        let inits: Vec<Value> = spec
+            .init_containers
+            .iter()
             .flatten()
             .map(|c| {
-                json!({"name": c["name"], "image": c["image"], "ready": true, "started": false,
+                json!({"name": c.name, "image": c.image, "ready": true, "started": false,
                     "restartCount": 0, "lastState": {},
                     "state": {"terminated": {"exitCode": 0, "reason": "Completed",
                         "startedAt": now, "finishedAt": now}}})
             })
             .collect();
         let host = self.ips.host_ip().to_string();
-        let scheduled = pod["status"]["conditions"][0]["lastTransitionTime"].clone();
+        let scheduled = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| json!(t))
+            .unwrap_or_else(|| json!(now));
         let mut status = json!({
             "phase": "Running", "hostIP": host, "hostIPs": [{"ip": host}],
-            "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now, "qosClass": "BestEffort",
+            "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}], "startTime": now,
+            "qosClass": "BestEffort",
             "conditions": [
                 condition("PodReadyToStartContainers", true, &now),
                 condition("Initialized", true, &now),
@@ -307,8 +335,64 @@ impl Kubelet {
         if !inits.is_empty() {
             status["initContainerStatuses"] = json!(inits);
         }
-        pod["status"] = status;
+        status
     }
+}
+
+/// The status of a running pod whose readiness became `ready`.
+fn readiness_status(pod: &Pod, ready: bool) -> Value {
+    let mut value = json!({"status": pod.status});
+    set_condition(&mut value, "Ready", ready);
+    set_condition(&mut value, "ContainersReady", ready);
+    if let Some(cs) = value["status"]["containerStatuses"].as_array_mut() {
+        for c in cs {
+            c["ready"] = json!(ready);
+        }
+    }
+    value["status"].take()
+}
+
+/// Sends the one request that performs `action`.
+async fn act(
+    client: &Client,
+    pod: &Pod,
+    action: &Action,
+    status: Option<Value>,
+) -> Result<(), kube::Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    match action {
+        Action::Bind => {
+            let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": ns},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME}});
+            api.create_subresource::<Value, Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await?;
+        }
+        Action::Start | Action::SetReady(_) => {
+            let patch = json!({"status": status});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Action::Delete => {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: pod.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            api.delete(&name, &dp).await?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

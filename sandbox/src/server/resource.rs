@@ -65,6 +65,18 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
     let status = match p.sub.as_deref() {
         None => false,
         Some("status") if rt.status => true,
+        Some("binding") if p.group.is_empty() && p.plural == "pods" && r.method == Method::POST => {
+            let name = p.name.as_deref().ok_or_else(ApiError::no_route)?;
+            let body = parse_json(&r)?;
+            write(app, &r, |i| {
+                bind(i, &rt, p.namespace.as_deref(), name, &body)
+            })?;
+            return Ok(json_response(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Success", "code": 201}),
+            ));
+        }
         Some(_) => return Err(ApiError::no_route()),
     };
     let ns = p.namespace.as_deref();
@@ -162,6 +174,55 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// `POST pods/NAME/binding`, as the scheduler does: sets `spec.nodeName` and the
+/// `PodScheduled` condition. A pod is bound once; binding a deleting pod is refused.
+fn bind(
+    inner: &mut Inner,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    binding: &Value,
+) -> Result<(), ApiError> {
+    let node = binding["target"]["name"].as_str().unwrap_or_default();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            name,
+            "target.name: Required value",
+        ));
+    }
+    let mut pod = inner.get(rt, ns, name)?;
+    let conflict = |message: String| ApiError {
+        code: 409,
+        reason: "Conflict",
+        message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": {message}"),
+        details: Some(json!({"name": name, "kind": "pods/binding"})),
+    };
+    if crate::meta::is_deleting(&pod) {
+        return Err(conflict(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        )));
+    }
+    if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(conflict(format!(
+            "pod {name} is already assigned to node \"{current}\""
+        )));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    let mut pod = inner.update(rt, ns, name, pod, false)?;
+    let scheduled = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+        "lastTransitionTime": crate::meta::now()});
+    match pod["status"]["conditions"].as_array_mut() {
+        Some(conds) => {
+            conds.retain(|c| c["type"] != "PodScheduled");
+            conds.push(scheduled);
+        }
+        None => pod["status"]["conditions"] = json!([scheduled]),
+    }
+    inner.update(rt, ns, name, pod, true)?;
+    Ok(())
 }
 
 fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {

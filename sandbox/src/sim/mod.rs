@@ -1,11 +1,9 @@
-//! The simulated cluster components that act on the store directly: kubelet, StatefulSet
-//! controller and Habitat supervisors.
+//! The controllers of the sandbox's embedded API server that act on its store directly: the
+//! StatefulSet controller. (On a real control plane, kube-controller-manager plays it; the
+//! simulated nodes, which work on both, are in [`crate::nodes`].)
 
-pub mod kubelet;
 pub mod statefulset;
-pub mod supervisor;
 
-use crate::sandbox::Options;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +15,6 @@ pub const TICK: Duration = Duration::from_millis(50);
 /// Running simulation tasks.
 pub struct Simulation {
     tasks: Vec<JoinHandle<()>>,
-    hub: Option<Arc<supervisor::Hub>>,
 }
 
 /// How long a loop lets a burst of store changes gather before it steps once for all of them.
@@ -47,33 +44,20 @@ where
 }
 
 impl Simulation {
-    /// Start the kubelet, the StatefulSet controller and (optionally) the supervisors.
-    pub fn start(store: Arc<Store>, opts: &Options) -> Self {
-        let hub = opts
-            .simulate_supervisors
-            .then(|| Arc::new(supervisor::Hub::new(store.clone())));
-        let mut kubelet = kubelet::Kubelet::new(opts.pod_ready_delay, hub.clone());
-        let mut tasks = vec![spawn_loop(store.clone(), move |s| kubelet.step(s)), {
-            let mut controller = statefulset::Controller::default();
-            spawn_loop(store.clone(), move |s| controller.step(s))
-        }];
-        if let Some(h) = &hub {
-            let h = h.clone();
-            tasks.push(spawn_loop(store, move |_| h.step()));
-        }
-        Simulation { tasks, hub }
+    /// Start the StatefulSet controller.
+    pub fn start(store: Arc<Store>) -> Self {
+        let mut controller = statefulset::Controller::default();
+        let tasks = vec![spawn_loop(store, move |s| controller.step(s))];
+        Simulation { tasks }
     }
 
-    /// Stop every task and close every supervisor listener.
+    /// Stop every task.
     pub async fn shutdown(self) {
         for t in &self.tasks {
             t.abort();
         }
         for t in self.tasks {
             let _ = t.await;
-        }
-        if let Some(h) = self.hub {
-            h.shutdown();
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The simulated StatefulSet controller: ordinal pods, OrderedReady/Parallel management,
 //! RollingUpdate (with partition) and OnDelete, volumeClaimTemplates, and status.
 
-use super::kubelet::is_ready;
 use crate::meta;
+use crate::nodes::kubelet::is_ready;
 use crate::registry::{ResourceType, StorageKey};
 use crate::store::{DeleteOptions, Inner, Store};
 use serde_json::{json, Map, Value};

@@ -5,8 +5,6 @@ pub mod census;
 mod gateway;
 
 use crate::meta;
-use crate::registry::StorageKey;
-use crate::store::Store;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -109,17 +107,15 @@ pub struct Group {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The store version the members and rings were last derived from.
-    seen_version: Option<u64>,
     members: HashMap<String, Member>,
     groups: HashMap<(String, String), Group>,
     listeners: HashMap<String, JoinHandle<()>>,
 }
 
-/// All simulated supervisors.
-#[derive(Debug)]
+/// All simulated supervisors. They learn the world from what the caller observed (pods and
+/// peer-file ConfigMaps) and never read an API themselves.
+#[derive(Debug, Default)]
 pub struct Hub {
-    store: Arc<Store>,
     state: Mutex<State>,
 }
 
@@ -190,14 +186,6 @@ pub fn member_for(pod: &Value) -> Option<Member> {
 }
 
 impl Hub {
-    /// A hub observing `store`.
-    pub fn new(store: Arc<Store>) -> Self {
-        Hub {
-            store,
-            state: Mutex::new(State::default()),
-        }
-    }
-
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -223,28 +211,17 @@ impl Hub {
         Some(census::document(me, group, &peers))
     }
 
-    /// One pass: track pods, open/close gateways, run elections.
-    pub fn step(self: &Arc<Self>) {
-        // Membership and rings follow the store; elections also follow the clock.
-        let version = self.store.version();
-        if self.state().seen_version == Some(version) {
+    /// One pass: run elections, and when the world changed (`Some((pods, config_maps))`, every
+    /// pod and ConfigMap the nodes see), track members, open and close gateways, and rederive
+    /// the gossip rings.
+    pub fn step(self: &Arc<Self>, world: Option<(&[Value], &[Value])>) {
+        let Some((pods, config_maps)) = world else {
             elect(&mut self.state());
             return;
-        }
-        let (pods, config_maps): (Vec<Value>, Vec<Value>) = {
-            let inner = self.store.lock();
-            let list = |plural: &'static str| -> Vec<Value> {
-                inner
-                    .raw_list(&StorageKey::new("", plural), None)
-                    .map(|(_, o)| o.clone())
-                    .collect()
-            };
-            (list("pods"), list("configmaps"))
         };
         let mut st = self.state();
-        st.seen_version = Some(version);
         let mut seen = HashSet::new();
-        for pod in &pods {
+        for pod in pods {
             let uid = meta::uid_of(pod).to_string();
             let running = pod["status"]["phase"] == "Running"
                 && !meta::is_deleting(pod)
@@ -291,7 +268,7 @@ impl Hub {
         }
         st.members
             .retain(|_, m| m.departed_at.is_none_or(|t| t.elapsed() < DEPARTED_TTL));
-        rings::assign(&mut st.members, &pods, &config_maps);
+        rings::assign(&mut st.members, pods, config_maps);
         elect(&mut st);
     }
 
