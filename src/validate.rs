@@ -2,11 +2,20 @@
 //! say the same to the API server; these hold where those rules are not enforced (older API
 //! servers, the sandbox) and name the field and the fix in the same words.
 
-use crate::api::Habitat;
+use crate::api::{
+    Habitat, MAX_BINDS, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN, MAX_PATH_LEN,
+    MAX_RING_NAME_LEN,
+};
 use crate::build::ring_key::KeyName;
 
 fn plain_name(s: &str) -> bool {
     !s.is_empty() && !s.contains(['.', '#', '@', ':', ' '])
+}
+
+/// The CRD's `maxLength` of `max` characters, said of `field` when `value` is longer.
+fn too_long(field: &str, value: &str, max: usize) -> Option<String> {
+    let n = value.chars().count();
+    (n > max).then(|| format!("{field} must be at most {max} characters, not {n}"))
 }
 
 /// The first problem with `h.spec`, in words for the user; `None` when it can be acted on.
@@ -15,6 +24,9 @@ pub fn problem(h: &Habitat) -> Option<String> {
     let svc = &spec.service;
     if spec.image.trim().is_empty() {
         return Some("spec.image must not be empty; set the service's container image".into());
+    }
+    if let Some(p) = too_long("spec.image", &spec.image, MAX_IMAGE_LEN) {
+        return Some(p);
     }
     if spec.count < 0 {
         return Some(format!("spec.count must be 0 or more, not {}", spec.count));
@@ -25,11 +37,17 @@ pub fn problem(h: &Habitat) -> Option<String> {
             svc.name
         ));
     }
+    if let Some(p) = too_long("spec.service.name", &svc.name, MAX_HAB_NAME_LEN) {
+        return Some(p);
+    }
     if !plain_name(&svc.group) {
         return Some(format!(
             "spec.service.group {:?} must be non-empty and contain no '.', '#' or '@'",
             svc.group
         ));
+    }
+    if let Some(p) = too_long("spec.service.group", &svc.group, MAX_HAB_NAME_LEN) {
+        return Some(p);
     }
     if svc.ring.is_some() && svc.ring_secret_name.is_some() {
         return Some(
@@ -38,6 +56,9 @@ pub fn problem(h: &Habitat) -> Option<String> {
         );
     }
     if let Some(name) = &svc.ring_secret_name {
+        if let Some(p) = too_long("spec.service.ringSecretName", name, MAX_OBJECT_NAME_LEN) {
+            return Some(p);
+        }
         if KeyName::parse(name).is_none() {
             return Some(format!(
                 "spec.service.ringSecretName {name:?} must look like <ring>-<YYYYMMDDhhmmss>, e.g. prod-20170829113029"
@@ -46,7 +67,7 @@ pub fn problem(h: &Habitat) -> Option<String> {
     }
     if let Some(ring) = &svc.ring {
         let ok = !ring.name.is_empty()
-            && ring.name.len() <= 38
+            && ring.name.len() <= MAX_RING_NAME_LEN
             && ring
                 .name
                 .chars()
@@ -59,6 +80,12 @@ pub fn problem(h: &Habitat) -> Option<String> {
             ));
         }
     }
+    if svc.bind.len() > MAX_BINDS {
+        return Some(format!(
+            "spec.service.bind must have at most {MAX_BINDS} binds, not {}",
+            svc.bind.len()
+        ));
+    }
     for (i, b) in svc.bind.iter().enumerate() {
         for (field, value) in [
             ("name", &b.name),
@@ -69,6 +96,10 @@ pub fn problem(h: &Habitat) -> Option<String> {
                 return Some(format!(
                     "spec.service.bind[{i}].{field} {value:?} must be non-empty and contain no ':', '.', '#', '@' or space"
                 ));
+            }
+            let field = format!("spec.service.bind[{i}].{field}");
+            if let Some(p) = too_long(&field, value, MAX_HAB_NAME_LEN) {
+                return Some(p);
             }
         }
         if svc.bind[..i].iter().any(|other| other.name == b.name) {
@@ -84,6 +115,13 @@ pub fn problem(h: &Habitat) -> Option<String> {
                 "spec.persistentStorage.mountPath {:?} must be an absolute path",
                 storage.mount_path
             ));
+        }
+        if let Some(p) = too_long(
+            "spec.persistentStorage.mountPath",
+            &storage.mount_path,
+            MAX_PATH_LEN,
+        ) {
+            return Some(p);
         }
     }
     None
@@ -135,6 +173,68 @@ mod tests {
                 "bound twice",
             ),
             (habitat().storage("1Gi", "data"), "must be an absolute path"),
+        ];
+        for (h, expected) in cases {
+            let p = problem(&h).unwrap_or_default();
+            assert!(p.contains(expected), "{p:?} should contain {expected:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_as_long_as_the_crd_allows_is_no_problem() {
+        let name63 = "n".repeat(MAX_HAB_NAME_LEN);
+        let mut h = habitat()
+            .group(&name63)
+            .ring_secret(&format!("{}-20170829113029", "r".repeat(238)))
+            .storage("1Gi", &format!("/{}", "d".repeat(MAX_PATH_LEN - 1)));
+        h.spec.image = "r".repeat(MAX_IMAGE_LEN);
+        h.spec.service.name = name63.clone();
+        for i in 0..MAX_BINDS {
+            h = h.bind(&format!("{i}{}", &name63[2..]), &name63, &name63);
+        }
+        assert_eq!(problem(&h), None);
+    }
+
+    #[test]
+    fn a_value_longer_than_the_crd_allows_is_a_problem() {
+        let mut long_image = habitat();
+        long_image.spec.image = "r".repeat(MAX_IMAGE_LEN + 1);
+        let mut many_binds = habitat();
+        for i in 0..=MAX_BINDS {
+            many_binds = many_binds.bind(&format!("b{i}"), "postgresql", "default");
+        }
+        let name64 = "n".repeat(MAX_HAB_NAME_LEN + 1);
+        let mut long_name = habitat();
+        long_name.spec.service.name = name64.clone();
+        let cases = [
+            (
+                long_image,
+                "spec.image must be at most 4096 characters, not 4097",
+            ),
+            (
+                long_name,
+                "spec.service.name must be at most 63 characters, not 64",
+            ),
+            (
+                habitat().group(&name64),
+                "spec.service.group must be at most 63 characters",
+            ),
+            (
+                habitat().ring_secret(&format!("{}-20170829113029", "r".repeat(240))),
+                "spec.service.ringSecretName must be at most 253 characters, not 255",
+            ),
+            (
+                many_binds,
+                "spec.service.bind must have at most 64 binds, not 65",
+            ),
+            (
+                habitat().bind("db", &name64, "default"),
+                "spec.service.bind[0].service must be at most 63 characters",
+            ),
+            (
+                habitat().storage("1Gi", &format!("/{}", "d".repeat(MAX_PATH_LEN))),
+                "spec.persistentStorage.mountPath must be at most 4096 characters",
+            ),
         ];
         for (h, expected) in cases {
             let p = problem(&h).unwrap_or_default();
