@@ -127,10 +127,8 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, path: &str) -> Optio
 /// `message`, else `failed rule: RULE`.
 fn message(rule: &Value, ctx: &Context, text: &str) -> String {
     if let Some(expr) = rule["messageExpression"].as_str() {
-        if let Ok(cel::Value::String(s)) = Program::compile(expr)
-            .map(|p| p.execute(ctx))
-            .and_then(|r| Ok(r.unwrap_or(cel::Value::Null)))
-        {
+        let result = Program::compile(expr).ok().map(|p| p.execute(ctx));
+        if let Some(Ok(cel::Value::String(s))) = result {
             if !s.trim().is_empty() {
                 return s.to_string();
             }

@@ -8,8 +8,8 @@
 //! (`additionalProperties`) without `maxProperties`, and a rule that does not compile.
 //!
 //! How faithful that is: it is stricter than the real server in one direction and weaker in
-//! the other. Stricter: a real server accepts a cheap rule on an unbounded string (`self.size()
-//! > 0` costs the same at any length) and even a few `matches()` on unbounded strings as long
+//! the other. Stricter: a real server accepts a cheap rule on an unbounded string (`self.size() > 0`
+//! costs the same at any length) and even a few `matches()` on unbounded strings as long
 //! as the total fits; this check refuses them all. Weaker: a real server may still refuse a
 //! bounded schema when the bounds are large or the rules many (its per-rule limit and total
 //! limit); this check accepts any bounded schema. It catches what refused this project's CRD
