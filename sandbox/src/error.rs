@@ -111,6 +111,34 @@ impl ApiError {
         )
     }
 
+    /// 422 Invalid with `details.causes`, as the API server answers a write that fails
+    /// validation (`Kind.group "name" is invalid: ...`).
+    pub fn invalid_fields(
+        group: &str,
+        kind: &str,
+        name: &str,
+        causes: &[crate::validation::Cause],
+    ) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            crate::validation::invalid_message(&qualified, name, causes),
+        )
+        .with_details(group, kind, name);
+        if let Some(d) = e.details.as_mut() {
+            d["causes"] = causes
+                .iter()
+                .map(crate::validation::Cause::to_json)
+                .collect();
+        }
+        e
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
         Self::new(

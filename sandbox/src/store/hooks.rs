@@ -95,14 +95,26 @@ impl Inner {
         }
     }
 
-    /// Admission: CRD status, custom resource defaulting, pruning-free validation.
+    /// Admission: CRD checks and status; custom resource pruning, defaulting and validation
+    /// (structural schema and CEL rules, see [`validation`]). `status`: a write to the status
+    /// subresource, which validates only `.status`.
     pub(super) fn admit(
         &self,
         rt: &ResourceType,
         mut obj: Value,
         old: Option<&Value>,
+        status: bool,
     ) -> Result<Value, ApiError> {
         if rt.storage == crd_storage() {
+            let causes = validation::crd::check(&obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid_fields(
+                    &rt.group,
+                    &rt.kind,
+                    meta::name(&obj),
+                    &causes,
+                ));
+            }
             crd_status(&mut obj, old);
             return Ok(obj);
         }
@@ -126,17 +138,14 @@ impl Inner {
         let Some(schema) = version.map(|v| &v["schema"]["openAPIV3Schema"]) else {
             return Ok(obj);
         };
-        validation::apply_defaults(schema, &mut obj);
-        let errors = validation::validate(schema, &obj);
-        if errors.is_empty() {
-            Ok(obj)
+        let scope = if status {
+            validation::Scope::Status
         } else {
-            Err(ApiError::invalid(
-                &rt.kind,
-                meta::name(&obj),
-                errors.join(", "),
-            ))
-        }
+            validation::Scope::Object
+        };
+        let name = meta::name(&obj).to_string();
+        validation::admit(schema, obj, old, scope)
+            .map_err(|causes| ApiError::invalid_fields(&rt.group, &rt.kind, &name, &causes))
     }
 
     /// Side effects of a stored write: CRD registration.

@@ -116,7 +116,7 @@ impl Inner {
                 m.remove("status");
             }
         }
-        obj = self.admit(rt, obj, None)?;
+        obj = self.admit(rt, obj, None, false)?;
         self.create_defaults(rt, &mut obj);
         let rv = self.next_rv();
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -282,7 +282,7 @@ impl Inner {
             "resourceVersion".into(),
             old["metadata"]["resourceVersion"].clone(),
         );
-        new = self.admit(rt, new, Some(old))?;
+        new = self.admit(rt, new, Some(old), status)?;
         if rt.generation && spec_part(rt, &new) != spec_part(rt, old) {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             meta::meta_mut(&mut new).insert("generation".into(), json!(g));
