@@ -86,6 +86,64 @@ impl Error {
     }
 }
 
+/// The `reason` of the `StatusCause` a kube-apiserver attaches when its namespace lifecycle
+/// admission refuses a new object in a namespace that is being deleted
+/// (`NamespaceTerminatingCause` in k8s.io/api/core/v1).
+pub const NAMESPACE_TERMINATING_CAUSE: &str = "NamespaceTerminating";
+
+/// What a failed reconcile means for the object, and so how the reconciler answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// A real failure: Warning Event, error metrics, retry with backoff.
+    Retry,
+    /// The namespace is being deleted and refuses new objects. The Habitat goes away with it,
+    /// so there is nothing to retry: stop quietly and wait for the object's deletion or change.
+    NamespaceTerminating,
+}
+
+impl Error {
+    /// How the reconciler treats this failure.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
+                disposition(source)
+            }
+            Error::Finalizer { .. } | Error::MissingField(_) => Disposition::Retry,
+        }
+    }
+}
+
+/// How the reconciler treats a failed API call.
+pub fn disposition(e: &kube::Error) -> Disposition {
+    if is_namespace_terminating(e) {
+        Disposition::NamespaceTerminating
+    } else {
+        Disposition::Retry
+    }
+}
+
+/// Whether the API server refused to create an object because its namespace is being deleted:
+/// HTTP 403 whose details carry the `NamespaceTerminating` cause. Servers older than the cause
+/// (Kubernetes < 1.16) only say so in the message, which is recognised as well.
+pub fn is_namespace_terminating(e: &kube::Error) -> bool {
+    let kube::Error::Api(s) = e else {
+        return false;
+    };
+    if s.code != 403 {
+        return false;
+    }
+    let by_cause = s.details.as_ref().is_some_and(|d| {
+        d.causes
+            .iter()
+            .any(|c| c.reason == NAMESPACE_TERMINATING_CAUSE)
+    });
+    by_cause
+        || (s.reason == "Forbidden"
+            && s.message
+                .contains("unable to create new content in namespace")
+            && s.message.ends_with("because it is being terminated"))
+}
+
 /// Whether a kube error is an HTTP 404.
 pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
@@ -169,6 +227,60 @@ mod tests {
         let t = truncate("é".repeat(600), 1024);
         assert!(t.len() <= 1024);
         assert!(t.ends_with("..."));
+    }
+
+    /// The Status a kube-apiserver answers to a create in a terminating namespace, verbatim.
+    const TERMINATING: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"x\" is forbidden: unable to create new content in namespace e2e-x because it is being terminated","reason":"Forbidden","details":{"name":"x","kind":"configmaps","causes":[{"reason":"NamespaceTerminating","message":"namespace e2e-x is being terminated","field":"metadata.namespace"}]},"code":403}"#;
+
+    fn terminating() -> kube::Error {
+        let status: kube::core::Status = serde_json::from_str(TERMINATING).expect("a valid Status");
+        kube::Error::Api(status.boxed())
+    }
+
+    #[test]
+    fn a_create_refused_by_a_terminating_namespace_is_not_a_failure() {
+        assert!(is_namespace_terminating(&terminating()));
+        let e = Error::Apply {
+            action: "apply",
+            kind: "ConfigMap".into(),
+            name: "x".into(),
+            source: terminating(),
+        };
+        assert_eq!(e.disposition(), Disposition::NamespaceTerminating);
+        let e = Error::PersistStatus {
+            name: "x".into(),
+            source: terminating(),
+        };
+        assert_eq!(e.disposition(), Disposition::NamespaceTerminating);
+    }
+
+    #[test]
+    fn a_message_without_the_cause_is_recognised_too() {
+        let mut status: kube::core::Status =
+            serde_json::from_str(TERMINATING).expect("a valid Status");
+        status.details = None;
+        assert!(is_namespace_terminating(&kube::Error::Api(status.boxed())));
+    }
+
+    #[test]
+    fn other_forbidden_answers_are_failures() {
+        // RBAC: a plain 403 without the cause.
+        let e = Error::Apply {
+            action: "apply",
+            kind: "StatefulSet".into(),
+            name: "redis".into(),
+            source: api_error(403),
+        };
+        assert_eq!(e.disposition(), Disposition::Retry);
+        // The cause alone, on another code, does not count.
+        let mut status: kube::core::Status =
+            serde_json::from_str(TERMINATING).expect("a valid Status");
+        status.code = 500;
+        assert!(!is_namespace_terminating(&kube::Error::Api(status.boxed())));
+        assert_eq!(
+            Error::MissingField("metadata.uid").disposition(),
+            Disposition::Retry
+        );
     }
 
     #[test]

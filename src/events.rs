@@ -64,8 +64,13 @@ pub async fn publish(recorder: &Recorder, h: &Habitat, notes: &[Note]) {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = %n.reason, "cannot record an Event");
+        match recorder.publish(&event, &reference).await {
+            Ok(()) => {}
+            // A namespace being deleted refuses new Events; the Habitat goes away with it.
+            Err(e) if crate::error::is_namespace_terminating(&e) => {
+                tracing::debug!(error = %e, reason = %n.reason, "Event not recorded: the namespace is being deleted");
+            }
+            Err(e) => tracing::warn!(error = %e, reason = %n.reason, "cannot record an Event"),
         }
     }
 }

@@ -5,9 +5,34 @@ use std::time::Instant;
 
 use habitat_machine::Phase;
 use prometheus::{
-    histogram_opts, opts, Encoder, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry,
-    TextEncoder,
+    histogram_opts, opts, Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
+    Registry, TextEncoder,
 };
+
+/// The transitions the lifecycle machine declares (`machine/src/lib.rs`), so that every
+/// `phase_transitions_total{from,to}` series and every `phase_duration_seconds{phase}` series of
+/// a phase that can be left exists at 0 from the start. A pair missing here is still counted:
+/// its series then appears on first use.
+pub const DECLARED_TRANSITIONS: [(Phase, Phase); 15] = [
+    (Phase::Pending, Phase::ConfigMapReady),
+    (Phase::ConfigMapReady, Phase::KeyReady),
+    (Phase::KeyReady, Phase::Deploying),
+    (Phase::Deploying, Phase::LeaderElected),
+    (Phase::Deploying, Phase::Ready),
+    (Phase::LeaderElected, Phase::Ready),
+    (Phase::Updating, Phase::Ready),
+    (Phase::Ready, Phase::Updating),
+    (Phase::Pending, Phase::Terminating),
+    (Phase::ConfigMapReady, Phase::Terminating),
+    (Phase::KeyReady, Phase::Terminating),
+    (Phase::Deploying, Phase::Terminating),
+    (Phase::LeaderElected, Phase::Terminating),
+    (Phase::Ready, Phase::Terminating),
+    (Phase::Updating, Phase::Terminating),
+];
+
+/// The values of the `result` label of `reconciles_total`.
+pub const RESULTS: [&str; 2] = ["success", "error"];
 
 /// The operator's metric families.
 #[derive(Clone)]
@@ -16,10 +41,10 @@ pub struct Metrics {
     habitats: IntGaugeVec,
     transitions: IntCounterVec,
     phase_duration: HistogramVec,
-    reconcile_duration: HistogramVec,
+    reconcile_duration: Histogram,
     reconciles: IntCounterVec,
     errors: IntCounterVec,
-    backoff: HistogramVec,
+    backoff: Histogram,
     leader_changes: IntCounter,
 }
 
@@ -61,14 +86,13 @@ impl Metrics {
             &["phase"],
         )
         .expect("valid metric");
-        let reconcile_duration = HistogramVec::new(
-            histogram_opts!(
-                "habitat_operator_reconcile_duration_seconds",
-                "Duration of one reconcile",
-                vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
-            ),
-            &[],
-        )
+        // Unlabelled histograms are plain `Histogram`s: a `HistogramVec` without labels has no
+        // series, and so prints nothing, until its first observation.
+        let reconcile_duration = Histogram::with_opts(histogram_opts!(
+            "habitat_operator_reconcile_duration_seconds",
+            "Duration of one reconcile",
+            vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+        ))
         .expect("valid metric");
         let reconciles = IntCounterVec::new(
             opts!(
@@ -86,14 +110,11 @@ impl Metrics {
             &["reason"],
         )
         .expect("valid metric");
-        let backoff = HistogramVec::new(
-            histogram_opts!(
-                "habitat_operator_requeue_backoff_seconds",
-                "Requeue delays chosen after failures or while waiting on the supervisors",
-                vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0]
-            ),
-            &[],
-        )
+        let backoff = Histogram::with_opts(histogram_opts!(
+            "habitat_operator_requeue_backoff_seconds",
+            "Requeue delays chosen after failures or while waiting on the supervisors",
+            vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0]
+        ))
         .expect("valid metric");
         let leader_changes = IntCounter::new(
             "habitat_operator_leader_changes_total",
@@ -122,8 +143,16 @@ impl Metrics {
         for phase in Phase::ALL {
             habitats.with_label_values(&[phase.as_str()]).set(0);
         }
-        for result in ["success", "error"] {
+        // Labelled families print nothing until they have a series: create the known ones at 0.
+        for result in RESULTS {
             reconciles.with_label_values(&[result]).inc_by(0);
+        }
+        for (from, to) in DECLARED_TRANSITIONS {
+            transitions
+                .with_label_values(&[from.as_str(), to.as_str()])
+                .inc_by(0);
+            // Creating the series records no observation.
+            let _ = phase_duration.with_label_values(&[from.as_str()]);
         }
         // Error series exist from the start, so dashboards and alerts see 0 rather than nothing.
         for category in crate::error::Error::CATEGORIES {
@@ -174,24 +203,24 @@ impl Metrics {
     pub fn reconcile_timer(&self) -> ReconcileTimer {
         ReconcileTimer {
             start: Instant::now(),
-            histogram: self.reconcile_duration.with_label_values::<&str>(&[]),
+            histogram: self.reconcile_duration.clone(),
         }
     }
 
     /// Counts a successful reconcile.
     pub fn reconciled(&self) {
-        self.reconciles.with_label_values(&["success"]).inc();
+        self.reconciles.with_label_values(&[RESULTS[0]]).inc();
     }
 
     /// Counts a failed reconcile under its error category.
     pub fn failed(&self, category: &str) {
-        self.reconciles.with_label_values(&["error"]).inc();
+        self.reconciles.with_label_values(&[RESULTS[1]]).inc();
         self.errors.with_label_values(&[category]).inc();
     }
 
     /// Records a requeue delay chosen by the backoff.
     pub fn backoff(&self, seconds: f64) {
-        self.backoff.with_label_values::<&str>(&[]).observe(seconds);
+        self.backoff.observe(seconds);
     }
 
     /// Counts a change of the published leader.
@@ -238,6 +267,72 @@ mod tests {
         for phase in Phase::ALL {
             assert!(text.contains(&format!("habitat_operator_habitats{{phase=\"{phase}\"}} 0")));
         }
+    }
+
+    /// The metric names of SPEC section 9 (and the leader-change counter the operator adds).
+    const SPEC_METRICS: [&str; 9] = [
+        "habitat_operator_habitats",
+        "habitat_operator_phase_transitions_total",
+        "habitat_operator_phase_duration_seconds",
+        "habitat_operator_reconcile_duration_seconds",
+        "habitat_operator_reconciles_total",
+        "habitat_operator_reconcile_errors_total",
+        "habitat_operator_requeue_backoff_seconds",
+        "habitat_operator_build_info",
+        "habitat_operator_leader_changes_total",
+    ];
+
+    #[test]
+    fn a_fresh_registry_renders_every_spec_metric_with_samples() {
+        let text = Metrics::new("1.2.3").render();
+        for name in SPEC_METRICS {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing:\n{text}"
+            );
+            // A sample line, not only the HELP/TYPE header.
+            assert!(
+                text.lines()
+                    .any(|l| !l.starts_with('#') && l.starts_with(name)),
+                "{name} has no sample:\n{text}"
+            );
+        }
+        for name in [
+            "habitat_operator_requeue_backoff_seconds",
+            "habitat_operator_reconcile_duration_seconds",
+        ] {
+            assert!(text.contains(&format!("{name}_count 0")), "{name}:\n{text}");
+            assert!(text.contains(&format!("{name}_bucket{{le=\"+Inf\"}} 0")));
+        }
+        for result in RESULTS {
+            assert!(text.contains(&format!(
+                "habitat_operator_reconciles_total{{result=\"{result}\"}} 0"
+            )));
+        }
+        for category in crate::error::Error::CATEGORIES {
+            assert!(text.contains(&format!(
+                "habitat_operator_reconcile_errors_total{{reason=\"{category}\"}} 0"
+            )));
+        }
+        for (from, to) in DECLARED_TRANSITIONS {
+            assert!(text.contains(&format!(
+                "habitat_operator_phase_transitions_total{{from=\"{from}\",to=\"{to}\"}} 0"
+            )));
+            assert!(text.contains(&format!(
+                "habitat_operator_phase_duration_seconds_count{{phase=\"{from}\"}} 0"
+            )));
+        }
+        assert!(text.contains("habitat_operator_build_info{version=\"1.2.3\"} 1"));
+        assert!(text.contains("habitat_operator_leader_changes_total 0"));
+    }
+
+    #[test]
+    fn backoff_observations_are_counted() {
+        let m = Metrics::default();
+        m.backoff(0.3);
+        assert!(m
+            .render()
+            .contains("habitat_operator_requeue_backoff_seconds_count 1"));
     }
 
     #[test]

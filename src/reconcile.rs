@@ -22,7 +22,7 @@ use crate::apply::FIELD_MANAGER;
 use crate::build;
 use crate::conditions::Reason;
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{Disposition, Error};
 use crate::events::{self, Note};
 use crate::observe::observe;
 use crate::requeue::RESYNC;
@@ -56,6 +56,14 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
     .await;
     let result = match result {
         Ok(action) => Ok(action),
+        // A write refused because the namespace is being deleted (the status write, say): the
+        // Habitat goes away with its namespace. Not a failure; wait for the deletion.
+        Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e))
+            if e.disposition() == Disposition::NamespaceTerminating =>
+        {
+            tracing::debug!(%ns, %name, error = %e.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
+            Ok(Action::await_change())
+        }
         Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
         // The cached object predates our own finalizer patch (another event woke it before the
         // watch delivered the patched object): the patch's test fails. Look again shortly; this is
@@ -83,6 +91,11 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
 
 /// Decides the requeue after a failed reconcile: per-object exponential backoff.
 pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action {
+    // `reconcile` answers these itself; should one arrive here, it is still no failure.
+    if error.disposition() == Disposition::NamespaceTerminating {
+        tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
+        return Action::await_change();
+    }
     let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
@@ -183,6 +196,11 @@ async fn drive(
             }
             step => {
                 if let Err(e) = act(step, h, ctx, snap, workload, &mut pass.notes).await {
+                    if e.disposition() == Disposition::NamespaceTerminating {
+                        tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
+                        pass.outcome = Outcome::NamespaceTerminating;
+                        break;
+                    }
                     pass.outcome = Outcome::Failed(e.chain(1024));
                     pass.failure = Some(e);
                     break;
@@ -353,6 +371,9 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
         Outcome::Busy => Action::requeue(Duration::from_millis(200)),
         // Not reached: a failed pass returns its error, and `error_policy` picks the delay.
         Outcome::Failed(_) => Action::requeue(Duration::from_secs(1)),
+        // The namespace refuses new objects: its deletion takes the Habitat along, and that
+        // deletion (or any other change) wakes the object. No backoff: this is not a failure.
+        Outcome::NamespaceTerminating => Action::await_change(),
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
             let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
@@ -365,5 +386,132 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
             ctx.backoffs.reset(uid);
             Action::requeue(if leader { LEADER_POLL } else { RESYNC })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::census::{CensusSource, HttpCensus};
+    use crate::context::Stores;
+    use crate::metrics::Metrics;
+    use crate::requeue::Backoffs;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{DeleteParams, PostParams};
+    use kube::runtime::events::{Recorder, Reporter};
+    use kube::runtime::reflector;
+    use kube::CustomResourceExt;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    fn context(client: kube::Client) -> Arc<Context> {
+        Arc::new(Context {
+            client: client.clone(),
+            stores: Stores {
+                habitats: reflector::store().0,
+                statefulsets: reflector::store().0,
+                config_maps: reflector::store().0,
+                services: reflector::store().0,
+                budgets: reflector::store().0,
+                pods: reflector::store().0,
+                secrets: reflector::store().0,
+            },
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: crate::api::MANAGER.into(),
+                    instance: None,
+                },
+            ),
+            metrics: Metrics::default(),
+            census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
+                as Arc<dyn CensusSource>,
+            backoffs: Backoffs::default(),
+            generated_keys: Mutex::new(Default::default()),
+            key_generation: tokio::sync::Mutex::new(()),
+            last_failure: Mutex::new(Default::default()),
+            synced: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
+    /// before: creating the first child is refused with 403 NamespaceTerminating. The
+    /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
+    #[tokio::test]
+    async fn a_terminating_namespace_stops_the_reconcile_quietly() {
+        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options::default())
+            .await
+            .expect("sandbox starts");
+        let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
+        sandbox.apply_yaml(&crd).await.expect("the CRD installs");
+        let client = crate::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
+            .await
+            .expect("a client");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("going".into());
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace created");
+        let mut h = crate::build::fixtures::habitat();
+        h.metadata = kube::api::ObjectMeta {
+            name: Some("redis".into()),
+            namespace: Some("going".into()),
+            finalizers: Some(vec![FINALIZER.into()]),
+            ..Default::default()
+        };
+        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "going");
+        let stale = habitats
+            .create(&PostParams::default(), &h)
+            .await
+            .expect("Habitat created");
+        // The Habitat's finalizer keeps the namespace terminating.
+        namespaces
+            .delete("going", &DeleteParams::default())
+            .await
+            .expect("namespace deletion starts");
+
+        let ctx = context(client);
+        let action = reconcile(Arc::new(stale.clone()), ctx.clone())
+            .await
+            .expect("not a failure");
+        assert_eq!(action, Action::await_change());
+        assert!(
+            ctx.last_failure.lock().expect("lock").is_empty(),
+            "no Warning Event is recorded"
+        );
+        let text = ctx.metrics.render();
+        assert!(
+            text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("habitat_operator_reconcile_errors_total{reason=\"ApplyFailed\"} 1"));
+        assert!(
+            text.contains("habitat_operator_requeue_backoff_seconds_count 0"),
+            "{text}"
+        );
+
+        // Should such an error reach the error policy, it waits without backing off either.
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "configmaps \"redis\" is forbidden: unable to create new content in namespace going because it is being terminated",
+            "details": {"name": "redis", "kind": "configmaps", "causes": [
+                {"reason": "NamespaceTerminating", "message": "namespace going is being terminated", "field": "metadata.namespace"}
+            ]}
+        }))
+        .expect("a Status");
+        let error = Error::Apply {
+            action: "apply",
+            kind: "ConfigMap".into(),
+            name: "redis".into(),
+            source: kube::Error::Api(status.boxed()),
+        };
+        let action = error_policy(Arc::new(stale), &error, ctx.clone());
+        assert_eq!(action, Action::await_change());
+        let text = ctx.metrics.render();
+        assert!(text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"));
+        assert!(text.contains("habitat_operator_requeue_backoff_seconds_count 0"));
+        sandbox.shutdown().await;
     }
 }

@@ -20,6 +20,9 @@ pub enum Outcome {
     Busy,
     /// A step failed with this message.
     Failed(String),
+    /// The namespace is being deleted and refused a new object; nothing more can be done until
+    /// the Habitat is deleted with it. Not a failure.
+    NamespaceTerminating,
 }
 
 /// Everything the status depends on.

@@ -167,6 +167,37 @@ impl ApiError {
         Self::new(403, "Forbidden", message)
     }
 
+    /// 403 from the namespace lifecycle admission: a new object (`name` as sent, empty with
+    /// `generateName`) in a namespace whose deletion has begun. The shape of kube-apiserver's
+    /// `admission.NewForbidden` plus the `NamespaceTerminating` cause it appends.
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> Self {
+        let resource = qualified(group, plural);
+        let cause = format!(
+            "unable to create new content in namespace {namespace} because it is being terminated"
+        );
+        let message = if name.is_empty() {
+            format!("{resource} is forbidden: {cause}")
+        } else {
+            format!("{resource} \"{name}\" is forbidden: {cause}")
+        };
+        let mut details = json!({"kind": plural});
+        if !name.is_empty() {
+            details["name"] = json!(name);
+        }
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
+        details["causes"] = json!([{
+            "reason": NAMESPACE_TERMINATING_CAUSE,
+            "message": format!("namespace {namespace} is being terminated"),
+            "field": "metadata.namespace",
+        }]);
+        ApiError {
+            details: Some(details),
+            ..Self::forbidden(message)
+        }
+    }
+
     /// The `metav1.Status` JSON for this error.
     pub fn to_status(&self) -> Value {
         let mut v = json!({
@@ -184,6 +215,10 @@ impl ApiError {
         v
     }
 }
+
+/// The cause type kube-apiserver gives a create refused by a terminating namespace
+/// (`NamespaceTerminatingCause` in k8s.io/api/core/v1).
+pub const NAMESPACE_TERMINATING_CAUSE: &str = "NamespaceTerminating";
 
 fn qualified(group: &str, plural: &str) -> String {
     if group.is_empty() {
@@ -204,5 +239,31 @@ mod tests {
         assert_eq!(s["reason"], "NotFound");
         assert_eq!(s["message"], "habitats.habitat.sh \"x\" not found");
         assert_eq!(s["details"]["name"], "x");
+    }
+
+    #[test]
+    fn namespace_terminating_shape() {
+        let s = ApiError::namespace_terminating("", "configmaps", "x", "e2e-x").to_status();
+        assert_eq!(
+            s,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "configmaps \"x\" is forbidden: unable to create new content in namespace e2e-x because it is being terminated",
+                "reason": "Forbidden",
+                "details": {"name": "x", "kind": "configmaps", "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": "namespace e2e-x is being terminated",
+                    "field": "metadata.namespace"
+                }]},
+                "code": 403
+            })
+        );
+        let s = ApiError::namespace_terminating("apps", "statefulsets", "", "n").to_status();
+        assert_eq!(
+            s["message"],
+            "statefulsets.apps is forbidden: unable to create new content in namespace n because it is being terminated"
+        );
+        assert_eq!(s["details"]["group"], "apps");
+        assert!(s["details"].get("name").is_none());
     }
 }

@@ -389,3 +389,111 @@ async fn discovery_and_events_views() {
     assert_eq!(l["items"][0]["source"]["component"], "c");
     sb.shutdown().await;
 }
+
+/// kube-apiserver's namespace lifecycle admission: once a namespace's deletion has begun, new
+/// objects are refused with 403 and the `NamespaceTerminating` cause; existing objects can still
+/// be updated and patched (finalizers must be removable).
+#[tokio::test]
+async fn a_terminating_namespace_refuses_new_content_only() {
+    let sb = start().await;
+    let (c, _) = req(
+        &sb,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"metadata": {"name": "e2e-x"}}),
+    )
+    .await;
+    assert_eq!(c, 201);
+    let cms = "/api/v1/namespaces/e2e-x/configmaps";
+    // A finalizer keeps the namespace terminating for the rest of the test.
+    let (c, held) = req(
+        &sb,
+        "POST",
+        cms,
+        json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "data": {"k": "v"}}),
+    )
+    .await;
+    assert_eq!(c, 201);
+    let (c, _) = req(&sb, "DELETE", "/api/v1/namespaces/e2e-x", json!(null)).await;
+    assert_eq!(c, 200);
+    let (_, ns) = req(&sb, "GET", "/api/v1/namespaces/e2e-x", json!(null)).await;
+    assert!(ns["metadata"]["deletionTimestamp"].is_string(), "{ns}");
+
+    let (c, s) = req(&sb, "POST", cms, json!({"metadata": {"name": "x"}})).await;
+    assert_eq!(c, 403);
+    assert_eq!(
+        s,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "configmaps \"x\" is forbidden: unable to create new content in namespace e2e-x because it is being terminated",
+            "reason": "Forbidden",
+            "details": {"name": "x", "kind": "configmaps", "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": "namespace e2e-x is being terminated",
+                "field": "metadata.namespace"
+            }]},
+            "code": 403
+        })
+    );
+    // Admission answers before storage: an existing name is refused the same way, not 409.
+    let (c, s) = req(&sb, "POST", cms, json!({"metadata": {"name": "held"}})).await;
+    assert_eq!((c, s["reason"].as_str()), (403, Some("Forbidden")));
+    // generateName: admission sees no name yet.
+    let (c, s) = req(
+        &sb,
+        "POST",
+        cms,
+        json!({"metadata": {"generateName": "g-"}}),
+    )
+    .await;
+    assert_eq!(c, 403);
+    assert_eq!(
+        s["message"],
+        "configmaps is forbidden: unable to create new content in namespace e2e-x because it is being terminated"
+    );
+    // Server-side apply that would create is a create; a grouped resource names its group.
+    let (c, s) = req_ct(
+        &sb,
+        "PATCH",
+        "/apis/apps/v1/namespaces/e2e-x/statefulsets/web?fieldManager=me&force=true",
+        "application/apply-patch+yaml",
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"}}),
+    )
+    .await;
+    assert_eq!(c, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        "statefulsets.apps \"web\" is forbidden: unable to create new content in namespace e2e-x because it is being terminated"
+    );
+    assert_eq!(s["details"]["group"], "apps");
+    assert_eq!(s["details"]["causes"][0]["reason"], "NamespaceTerminating");
+    let (c, _) = req(&sb, "GET", &format!("{cms}/x"), json!(null)).await;
+    assert_eq!(c, 404, "nothing was created");
+
+    // Existing objects: apply, merge patch and update still work.
+    let (c, s) = req_ct(
+        &sb,
+        "PATCH",
+        &format!("{cms}/held?fieldManager=me&force=true"),
+        "application/apply-patch+yaml",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held"}, "data": {"k": "w"}}),
+    )
+    .await;
+    assert_eq!(c, 200, "{s}");
+    let (c, s) = req_ct(
+        &sb,
+        "PATCH",
+        &format!("{cms}/held"),
+        "application/merge-patch+json",
+        json!({"data": {"k2": "v2"}}),
+    )
+    .await;
+    assert_eq!(c, 200, "{s}");
+    let mut put = s.clone();
+    put["data"]["k3"] = json!("v3");
+    let (c, s) = req(&sb, "PUT", &format!("{cms}/held"), put).await;
+    assert_eq!(c, 200, "{s}");
+    assert_eq!(s["data"]["k3"], "v3");
+    assert_eq!(s["metadata"]["uid"], held["metadata"]["uid"]);
+    sb.shutdown().await;
+}

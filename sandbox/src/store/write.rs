@@ -44,6 +44,8 @@ impl Inner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
+        // The name as sent: admission sees it before a generated name is chosen.
+        let sent_name = name.clone();
         if name.is_empty() {
             match md.get("generateName").and_then(Value::as_str) {
                 Some(prefix) if !prefix.is_empty() => {
@@ -91,9 +93,6 @@ impl Inner {
             md.insert("generation".into(), json!(1));
         }
         let key = Inner::key(rt, ns, &name);
-        if self.objects.contains_key(&key) {
-            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
-        }
         if rt.namespaced {
             let ns_key = ObjKey {
                 storage: crate::registry::StorageKey::new("", "namespaces"),
@@ -102,14 +101,21 @@ impl Inner {
             };
             match self.objects.get(&ns_key) {
                 None => return Err(ApiError::not_found("", "namespaces", &key.namespace)),
+                // Only creates are refused; updates and patches of existing objects still work.
                 Some(n) if meta::is_deleting(n) => {
-                    return Err(ApiError::forbidden(format!(
-                        "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
-                        rt.plural, key.namespace
-                    )))
+                    return Err(ApiError::namespace_terminating(
+                        &rt.group,
+                        &rt.plural,
+                        &sent_name,
+                        &key.namespace,
+                    ))
                 }
                 Some(_) => {}
             }
+        }
+        // Admission (the namespace lifecycle above) answers before storage does.
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         if rt.status && !rt.is_event() {
             if let Some(m) = obj.as_object_mut() {
