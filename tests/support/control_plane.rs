@@ -192,8 +192,7 @@ impl Procs {
         for (child, name, log) in &mut self.children {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!(
-                    "{name} exited ({status}); {}:\n{}",
-                    log.display(),
+                    "{name} exited ({status}); its log ends:\n{}",
                     log_tail(log)
                 ));
             }
@@ -340,9 +339,9 @@ fn launch(
             std::net::TcpStream::connect(("127.0.0.1", api_port)).is_ok() && ca.is_file()
         })
         .await?;
-        let client = client(&dir.join("admin.kubeconfig")).await?;
+        let admin = client(&dir.join("admin.kubeconfig")).await?;
         poll(procs, began, "kube-apiserver /readyz", || async {
-            get(&client, "/readyz").await.as_deref() == Some("ok")
+            get(&admin, "/readyz").await.as_deref() == Some("ok")
         })
         .await?;
 
@@ -372,13 +371,30 @@ fn launch(
 
         for doc in ["/openapi/v2", "/openapi/v3"] {
             poll(procs, began, &format!("kube-apiserver {doc}"), || async {
-                get(&client, doc).await.is_some()
+                get(&admin, doc).await.is_some()
             })
             .await?;
         }
-        rbac(&client).await?;
+        rbac(&admin).await?;
 
-        let kcm_client = kcm_client(kcm_port).await?;
+        // Its self-signed serving certificate, too, is written before its port opens.
+        let kcm_ca = kcm_certs.join("kube-controller-manager.crt");
+        poll(
+            procs,
+            began,
+            "kube-controller-manager to listen",
+            || async {
+                std::net::TcpStream::connect(("127.0.0.1", kcm_port)).is_ok() && kcm_ca.is_file()
+            },
+        )
+        .await?;
+        let kcm_kubeconfig = dir.join("kcm-health.kubeconfig");
+        let kcm_url = format!("https://127.0.0.1:{kcm_port}");
+        write(
+            &kcm_kubeconfig,
+            &kubeconfig(&kcm_url, &kcm_ca, "system:kube-controller-manager", &kcm),
+        )?;
+        let kcm_client = client(&kcm_kubeconfig).await?;
         poll(procs, began, "kube-controller-manager /healthz", || async {
             get(&kcm_client, "/healthz").await.as_deref() == Some("ok")
         })
@@ -459,7 +475,7 @@ where
             let logs: Vec<_> = procs
                 .children
                 .iter()
-                .map(|(_, name, log)| format!("{name} ({}):\n{}", log.display(), log_tail(log)))
+                .map(|(_, name, log)| format!("{name}'s log ends:\n{}", log_tail(log)))
                 .collect();
             return Err(format!(
                 "waited {START_TIMEOUT:?} for {what}\n{}",
@@ -484,17 +500,6 @@ async fn client(kubeconfig: &Path) -> Result<Client, String> {
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("kubeconfig: {e}"))?;
-    Client::try_from(config).map_err(|e| format!("client: {e}"))
-}
-
-/// A client for the controller-manager's own endpoint; its serving certificate is self-signed and
-/// not known in advance, and /healthz needs no credentials.
-async fn kcm_client(port: u16) -> Result<Client, String> {
-    let url = format!("https://127.0.0.1:{port}")
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    let mut config = Config::new(url);
-    config.accept_invalid_certs = true;
     Client::try_from(config).map_err(|e| format!("client: {e}"))
 }
 
