@@ -213,8 +213,18 @@ impl Procs {
     }
 }
 
-/// Starts the control plane: everything is blocking or on a runtime of this thread's own.
+/// Starts the control plane, a second time if the first attempt fails (a port picked as free
+/// may have been taken meanwhile). Everything is blocking or on a runtime of this thread's own.
 fn start(assets: &Path) -> Result<ControlPlane, String> {
+    let first = match attempt(assets) {
+        Ok(cp) => return Ok(cp),
+        Err(e) => e,
+    };
+    eprintln!("control plane: start-up failed, trying once more: {first}");
+    attempt(assets).map_err(|e| format!("{e}\n(the first attempt: {first})"))
+}
+
+fn attempt(assets: &Path) -> Result<ControlPlane, String> {
     let began = Instant::now();
     let dir = tempfile::Builder::new()
         .prefix("habitat-control-plane-")
