@@ -17,6 +17,8 @@ macro_rules! require_kubectl {
     };
 }
 
+pub mod control_plane;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
