@@ -11,13 +11,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::ListParams;
 use kube::ResourceExt;
-use support::{timeout, wait_for, Env};
+use support::{timeout, wait_for, Ground};
 
 /// Every example except `namespaced` (which names its own namespace) reaches Ready.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_example_reaches_ready() {
+async fn every_example_reaches_ready(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("examples").await;
+    let env = env_on!(ground, "examples");
     let mut names = Vec::new();
     for example in [
         "standalone",
@@ -48,10 +47,9 @@ async fn every_example_reaches_ready() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready() {
+async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("scale").await;
+    let env = env_on!(ground, "scale");
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
@@ -76,10 +74,9 @@ async fn scaling_up_and_down_changes_the_pods_and_returns_to_ready() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_change_goes_updating_then_ready_with_new_pods() {
+async fn an_image_change_goes_updating_then_ready_with_new_pods(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("image").await;
+    let env = env_on!(ground, "image");
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
@@ -126,10 +123,9 @@ async fn an_image_change_goes_updating_then_ready_with_new_pods() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it() {
+async fn a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("peer").await;
+    let env = env_on!(ground, "peer");
     env.apply_example("standalone");
     env.patch("example-standalone", r#"{"spec":{"count":3}}"#);
     env.wait_phase("example-standalone", "Ready", timeout(&env))
@@ -172,10 +168,9 @@ async fn a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletion_goes_terminating_and_leaves_only_claims_and_ring_keys() {
+async fn deletion_goes_terminating_and_leaves_only_claims_and_ring_keys(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("delete").await;
+    let env = env_on!(ground, "delete");
     env.apply_example("persisted");
     env.apply_example("generated-ring");
     env.wait_phase("example-persisted", "Ready", timeout(&env))
@@ -260,3 +255,11 @@ async fn deletion_goes_terminating_and_leaves_only_claims_and_ring_keys() {
     )
     .await;
 }
+
+on_both_grounds!(
+    every_example_reaches_ready,
+    scaling_up_and_down_changes_the_pods_and_returns_to_ready,
+    an_image_change_goes_updating_then_ready_with_new_pods,
+    a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it,
+    deletion_goes_terminating_and_leaves_only_claims_and_ring_keys,
+);

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::ListParams;
 use kube::ResourceExt;
-use support::{timeout, wait_for, Env};
+use support::{timeout, wait_for, Env, Ground};
 
 async fn statefulset(env: &Env, name: &str) -> StatefulSet {
     env.api::<StatefulSet>()
@@ -88,10 +88,9 @@ async fn warning_reasons(env: &Env) -> BTreeSet<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does() {
+async fn the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("peer-empty").await;
+    let env = env_on!(ground, "peer-empty");
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
@@ -110,10 +109,9 @@ async fn the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does() 
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_ring_key_is_validated_mounted_and_passed_with_ring() {
+async fn a_user_ring_key_is_validated_mounted_and_passed_with_ring(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("ring-user").await;
+    let env = env_on!(ground, "ring-user");
     env.apply_example("encrypted");
     let h = env
         .wait_phase("example-encrypted", "Ready", timeout(&env))
@@ -184,10 +182,11 @@ async fn a_user_ring_key_is_validated_mounted_and_passed_with_ring() {
     env.wait_phase("broken", "Ready", timeout(&env)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_rings_coexist() {
+async fn a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_rings_coexist(
+    ground: Ground,
+) {
     require_kubectl!();
-    let mut env = Env::start("ring-gen").await;
+    let mut env = env_on!(ground, "ring-gen");
     env.apply_example("generated-ring");
     let a = env
         .wait_phase("example-ring-a", "Ready", timeout(&env))
@@ -250,10 +249,11 @@ async fn a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_r
     assert_eq!(names, BTreeSet::from([key, other_key]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_does_not() {
+async fn the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_does_not(
+    ground: Ground,
+) {
     require_kubectl!();
-    let env = Env::start("config").await;
+    let env = env_on!(ground, "config");
     env.apply_example("config");
     env.wait_phase("example-config", "Ready", timeout(&env))
         .await;
@@ -305,10 +305,9 @@ async fn the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_d
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_binds_env_channel_group_and_storage_reach_the_statefulset() {
+async fn files_binds_env_channel_group_and_storage_reach_the_statefulset(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("spec").await;
+    let env = env_on!(ground, "spec");
     for example in ["files", "bind", "env-vars", "persisted"] {
         env.apply_example(example);
     }
@@ -385,10 +384,9 @@ async fn files_binds_env_channel_group_and_storage_reach_the_statefulset() {
     assert!(claims.contains("data-example-persisted-0"), "{claims}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scaling_does_not_restart_the_pods_that_stay() {
+async fn scaling_does_not_restart_the_pods_that_stay(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("scale-keep").await;
+    let env = env_on!(ground, "scale-keep");
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
@@ -401,10 +399,11 @@ async fn scaling_does_not_restart_the_pods_that_stay() {
     assert_eq!(pods[0].uid(), first, "pod 0 was restarted by a scale-up");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn children_live_in_the_habitats_namespace_and_other_namespaces_are_not_watched() {
+async fn children_live_in_the_habitats_namespace_and_other_namespaces_are_not_watched(
+    ground: Ground,
+) {
     require_kubectl!();
-    let env = Env::start("namespaces").await;
+    let env = env_on!(ground, "namespaces");
     env.apply_example("standalone");
     // The `namespaced` example creates its own namespace, which this operator does not watch.
     let path = support::root().join("examples/namespaced/habitat.yml");
@@ -436,10 +435,9 @@ async fn children_live_in_the_habitats_namespace_and_other_namespaces_are_not_wa
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields() {
+async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("invalid").await;
+    let env = env_on!(ground, "invalid");
     let path = support::root()
         .join("target")
         .join(format!("invalid-{}.yaml", env.namespace));
@@ -476,3 +474,14 @@ async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields() {
         "nothing is created for an invalid spec"
     );
 }
+
+on_both_grounds!(
+    the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does,
+    a_user_ring_key_is_validated_mounted_and_passed_with_ring,
+    a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_rings_coexist,
+    the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_does_not,
+    files_binds_env_channel_group_and_storage_reach_the_statefulset,
+    scaling_does_not_restart_the_pods_that_stay,
+    children_live_in_the_habitats_namespace_and_other_namespaces_are_not_watched,
+    an_invalid_spec_is_refused_with_a_message_that_names_the_fields,
+);

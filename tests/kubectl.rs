@@ -6,12 +6,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::Env;
+use support::Ground;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events() {
+async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events(
+    ground: Ground,
+) {
     require_kubectl!();
-    let env = Env::start("kubectl").await;
+    let env = env_on!(ground, "kubectl");
     env.apply_example("leader");
     let start = Instant::now();
     let table = loop {
@@ -82,3 +83,7 @@ async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_condit
         );
     }
 }
+
+on_both_grounds!(
+    kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events,
+);

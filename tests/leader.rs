@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use support::{timeout, wait_for, Env};
+use support::{timeout, wait_for, Env, Ground};
 
 fn leader_label(p: &Pod) -> bool {
     p.labels()
@@ -55,10 +55,9 @@ fn leader_habitat(name: &str, count: u32) -> String {
     format!("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: {name}}}\nspec:\n  image: kinvolk/redis-hab\n  count: {count}\n  service: {{name: redis, topology: leader}}\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_is_published_and_follows_a_re_election_when_it_dies() {
+async fn the_leader_is_published_and_follows_a_re_election_when_it_dies(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("leader-kill").await;
+    let env = env_on!(ground, "leader-kill");
     env.apply_example("leader");
     env.wait_phase("example-leader", "Ready", timeout(&env))
         .await;
@@ -114,10 +113,9 @@ async fn the_leader_is_published_and_follows_a_re_election_when_it_dies() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_count_below_three_is_warned_about_and_a_lone_member_never_elects() {
+async fn a_count_below_three_is_warned_about_and_a_lone_member_never_elects(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("leader-small").await;
+    let env = env_on!(ground, "leader-small");
     env.apply_yaml(&leader_habitat("lone", 1));
     let start = std::time::Instant::now();
     let h = loop {
@@ -192,10 +190,11 @@ async fn image_of_all(env: &Env, habitat: &str, image: &str) -> bool {
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_leader_last() {
+async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_leader_last(
+    ground: Ground,
+) {
     require_kubectl!();
-    let env = Env::start("leader-update").await;
+    let env = env_on!(ground, "leader-update");
     env.apply_yaml(&leader_habitat("group", 5));
     env.wait_phase("group", "Ready", timeout(&env)).await;
     let leader = published_leader(&env, "group").await.expect("a leader");
@@ -223,10 +222,9 @@ async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_lead
     assert_eq!(unique.len(), 5, "{order:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_leader_during_an_update_still_completes_the_rollout() {
+async fn killing_the_leader_during_an_update_still_completes_the_rollout(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("leader-kill-update").await;
+    let env = env_on!(ground, "leader-kill-update");
     env.apply_yaml(&leader_habitat("group", 5));
     env.wait_phase("group", "Ready", timeout(&env)).await;
     let leader = published_leader(&env, "group").await.expect("a leader");
@@ -256,3 +254,10 @@ async fn killing_the_leader_during_an_update_still_completes_the_rollout() {
     })
     .await;
 }
+
+on_both_grounds!(
+    the_leader_is_published_and_follows_a_re_election_when_it_dies,
+    a_count_below_three_is_warned_about_and_a_lone_member_never_elects,
+    an_update_of_five_members_restarts_followers_one_at_a_time_and_the_leader_last,
+    killing_the_leader_during_an_update_still_completes_the_rollout,
+);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::ResourceExt;
-use support::{timeout, wait_for, Env};
+use support::{timeout, wait_for, Env, Ground};
 
 async fn versions(env: &Env, name: &str) -> Vec<Option<String>> {
     vec![
@@ -36,10 +36,9 @@ async fn versions(env: &Env, name: &str) -> Vec<Option<String>> {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settled_habitat_makes_no_writes_even_when_reconciled_again() {
+async fn a_settled_habitat_makes_no_writes_even_when_reconciled_again(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("quiet").await;
+    let env = env_on!(ground, "quiet");
     env.apply_example("leader");
     env.wait_phase("example-leader", "Ready", timeout(&env))
         .await;
@@ -68,10 +67,9 @@ fn ready(addr: &str) -> bool {
         .is_ok_and(|r| r.status() == 200)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_leader_election_exactly_one_replica_is_ready_and_acts() {
+async fn with_leader_election_exactly_one_replica_is_ready_and_acts(ground: Ground) {
     require_kubectl!();
-    let env = Env::start_with("lease", false).await;
+    let env = env_on!(ground, "lease", false);
     let ns = env.namespace.clone();
     let flags = ["--leader-elect", "--leader-elect-namespace", ns.as_str()];
     let (first, a) = env.extra_operator(&flags);
@@ -118,10 +116,9 @@ async fn with_leader_election_exactly_one_replica_is_ready_and_acts() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_operator_reports_ready_once_its_caches_are_synced() {
+async fn the_operator_reports_ready_once_its_caches_are_synced(ground: Ground) {
     require_kubectl!();
-    let env = Env::start("readyz").await;
+    let env = env_on!(ground, "readyz");
     wait_for(Duration::from_secs(15), "/readyz to answer 200", || async {
         ready(&env.metrics)
     })
@@ -132,3 +129,9 @@ async fn the_operator_reports_ready_once_its_caches_are_synced() {
         .unwrap_or(0);
     assert_eq!(health, 200);
 }
+
+on_both_grounds!(
+    a_settled_habitat_makes_no_writes_even_when_reconciled_again,
+    with_leader_election_exactly_one_replica_is_ready_and_acts,
+    the_operator_reports_ready_once_its_caches_are_synced,
+);

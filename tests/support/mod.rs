@@ -1,7 +1,45 @@
-//! The end-to-end harness: a cluster (the sandbox, or a real one from
-//! `HABITAT_E2E_KUBECONFIG`), a temporary namespace per test, the operator binary as its own
-//! process, and `kubectl` to apply manifests. Objects are created from YAML, never API calls.
+//! The end-to-end harness: a cluster on one of two grounds, a temporary namespace per test, the
+//! operator binary as its own process, and `kubectl` to apply manifests. Objects are created from
+//! YAML, never API calls.
+//!
+//! The grounds: [`Ground::Sandbox`] starts a sandbox process per test; [`Ground::Real`] uses the
+//! real control plane of this test binary ([`control_plane::ControlPlane`], from
+//! `KUBEBUILDER_ASSETS`) with the simulated nodes (`habitat-operator sandbox --kubeconfig`) for
+//! the test's namespace, or the cluster in `HABITAT_E2E_KUBECONFIG` as it is. Write a scenario as
+//! `async fn name(ground: Ground)` and list it in [`on_both_grounds!`].
 #![allow(dead_code, unused_macros)]
+
+/// For each `async fn NAME(ground: Ground)`, a module `NAME` with the tests `sandbox` and `real`.
+macro_rules! on_both_grounds {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sandbox() {
+                    super::$name(super::support::Ground::Sandbox).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn real() {
+                    super::$name(super::support::Ground::Real).await
+                }
+            }
+        )*
+    };
+}
+
+/// `Env::start_with(ground, test, operator)`, or return from the test when the ground is not
+/// available here (the real control plane without `KUBEBUILDER_ASSETS`).
+macro_rules! env_on {
+    ($ground:expr, $test:expr) => {
+        env_on!($ground, $test, true)
+    };
+    ($ground:expr, $test:expr, $operator:expr) => {
+        match support::Env::start_with($ground, $test, $operator).await {
+            Some(env) => env,
+            None => return,
+        }
+    };
+}
 
 /// Returns early from a test when kubectl is missing, unless `HABITAT_REQUIRE_KUBECTL` is set.
 macro_rules! require_kubectl {
@@ -52,10 +90,54 @@ pub fn free_port() -> u16 {
         .unwrap_or(18099)
 }
 
+/// Where a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ground {
+    /// A sandbox process of its own: simulated API server, controllers and nodes.
+    Sandbox,
+    /// A real API server: the test binary's control plane with simulated nodes, or the cluster
+    /// in `HABITAT_E2E_KUBECONFIG`.
+    Real,
+}
+
+/// The real control plane's CRD, installed once per test binary.
+fn install_crd_once(kubeconfig: &Path) {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let crd = root().join("crds/habitat.yaml");
+        for args in [
+            vec!["apply", "-f", crd.to_str().unwrap_or_default()],
+            vec![
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/habitats.habitat.sh",
+            ],
+        ] {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(&args)
+                .output()
+                .expect("kubectl runs");
+            assert!(
+                out.status.success(),
+                "kubectl {args:?} failed on the real control plane: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    });
+}
+
 /// One test's world.
 pub struct Env {
-    /// The kubeconfig file.
+    /// The kubeconfig of the test driver (kubectl and assertions).
     pub kubeconfig: PathBuf,
+    /// The kubeconfig the operator runs with (on the real control plane, a user bound only by
+    /// the RBAC of `deploy/`).
+    pub operator_kubeconfig: PathBuf,
+    /// The ground.
+    pub ground: Ground,
     /// The test's namespace.
     pub namespace: String,
     /// A client for assertions.
@@ -64,6 +146,7 @@ pub struct Env {
     pub metrics: String,
     _dir: tempfile::TempDir,
     _sandbox: Option<Proc>,
+    _nodes: Option<Proc>,
     _operator: Option<Proc>,
     real: bool,
 }
@@ -84,18 +167,37 @@ pub fn have_kubectl() -> bool {
 }
 
 impl Env {
-    /// Starts a cluster (sandbox unless `HABITAT_E2E_KUBECONFIG` is set), a namespace named
-    /// after `test`, and the operator watching that namespace.
-    pub async fn start(test: &str) -> Env {
-        Self::start_with(test, true).await
+    /// Starts a cluster on `ground`, a namespace named after `test`, and the operator watching
+    /// that namespace. None when the ground is not available here.
+    pub async fn start(ground: Ground, test: &str) -> Option<Env> {
+        Self::start_with(ground, test, true).await
     }
 
     /// Like [`Env::start`], optionally without the operator.
-    pub async fn start_with(test: &str, operator: bool) -> Env {
+    pub async fn start_with(ground: Ground, test: &str, operator: bool) -> Option<Env> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (kubeconfig, sandbox, real) = match std::env::var_os("HABITAT_E2E_KUBECONFIG") {
-            Some(k) => (PathBuf::from(k), None, true),
-            None => {
+        let suffix: u32 = rand::random::<u32>() % 100_000;
+        let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
+            .chars()
+            .take(60)
+            .collect::<String>();
+        let external = std::env::var_os("HABITAT_E2E_KUBECONFIG").map(PathBuf::from);
+        let (kubeconfig, operator_kubeconfig, sandbox, real) = match (ground, external) {
+            (Ground::Real, Some(k)) => (k.clone(), k, None, true),
+            (Ground::Real, None) => {
+                let Some(cp) = control_plane::ControlPlane::shared() else {
+                    eprintln!("skipped on the real ground: KUBEBUILDER_ASSETS is not set");
+                    return None;
+                };
+                install_crd_once(cp.admin_kubeconfig());
+                (
+                    cp.admin_kubeconfig().to_path_buf(),
+                    cp.operator_kubeconfig().to_path_buf(),
+                    None,
+                    true,
+                )
+            }
+            (Ground::Sandbox, _) => {
                 let kc = dir.path().join("kubeconfig");
                 let log = std::fs::File::create(dir.path().join("sandbox.log")).expect("log file");
                 let child = Command::new(bin())
@@ -119,40 +221,57 @@ impl Env {
                     || async { kc.is_file() },
                 )
                 .await;
-                (kc, Some(proc), false)
+                (kc.clone(), kc, Some(proc), false)
             }
         };
-        let suffix: u32 = rand::random::<u32>() % 100_000;
-        let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
-            .chars()
-            .take(60)
-            .collect::<String>();
         let client = client(&kubeconfig).await;
         let mut env = Env {
             kubeconfig,
+            operator_kubeconfig,
+            ground,
             namespace: namespace.clone(),
             client,
             metrics: String::new(),
             _dir: dir,
             _sandbox: sandbox,
+            _nodes: None,
             _operator: None,
             real,
         };
-        env.kubectl_ok(&[
-            "apply",
-            "-f",
-            root()
-                .join("crds/habitat.yaml")
-                .to_str()
-                .unwrap_or_default(),
-        ]);
+        if !env.real {
+            env.kubectl_ok(&[
+                "apply",
+                "-f",
+                root()
+                    .join("crds/habitat.yaml")
+                    .to_str()
+                    .unwrap_or_default(),
+            ]);
+        }
         env.apply_yaml(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
         ));
+        if ground == Ground::Real && std::env::var_os("HABITAT_E2E_KUBECONFIG").is_none() {
+            env.start_nodes();
+        }
         if operator {
             env.start_operator();
         }
-        env
+        Some(env)
+    }
+
+    /// Starts the simulated nodes for the test namespace on the real control plane.
+    fn start_nodes(&mut self) {
+        let log = std::fs::File::create(self._dir.path().join("nodes.log")).expect("log file");
+        let child = Command::new(bin())
+            .args(["sandbox", "--log-level", "warn", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.namespace])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the simulated nodes");
+        self._nodes = Some(Proc(child, "nodes"));
     }
 
     /// Starts the operator binary watching the test namespace (its log appends to
@@ -180,7 +299,7 @@ impl Env {
                 &addr,
                 "--kubeconfig",
             ])
-            .arg(&self.kubeconfig)
+            .arg(&self.operator_kubeconfig)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -379,7 +498,7 @@ pub fn tail(text: &str, n: usize) -> String {
 /// Generous timeouts on a real cluster, short ones in the sandbox.
 pub fn timeout(env: &Env) -> Duration {
     if env.is_real() {
-        Duration::from_secs(300)
+        Duration::from_secs(120)
     } else {
         Duration::from_secs(30)
     }
