@@ -352,14 +352,21 @@ impl Env {
         self.kubectl_ok(&["patch", "habitat", name, "--type", "merge", "-p", patch]);
     }
 
-    /// Applies YAML text.
+    /// Applies YAML text (written to the test's temporary directory) and panics when
+    /// kubectl fails.
     pub fn apply_yaml(&self, yaml: &str) {
+        let (ok, out, err) = self.try_apply_yaml(yaml);
+        assert!(ok, "kubectl apply failed: {out}{err}\n{yaml}");
+    }
+
+    /// Applies YAML text; returns kubectl's (success, stdout, stderr).
+    pub fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
         let path = self
             ._dir
             .path()
             .join(format!("m-{}.yaml", rand::random::<u32>()));
         std::fs::write(&path, yaml).expect("write manifest");
-        self.kubectl_ok(&["apply", "-f", path.to_str().unwrap_or_default()]);
+        self.kubectl(&["apply", "-f", path.to_str().unwrap_or_default()])
     }
 
     /// The Habitats API of the namespace.
