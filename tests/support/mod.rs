@@ -224,7 +224,7 @@ impl Env {
                 (kc.clone(), kc, Some(proc), false)
             }
         };
-        let client = client(&kubeconfig).await;
+        let client = client_for(&kubeconfig).await;
         let mut env = Env {
             kubeconfig,
             operator_kubeconfig,
@@ -472,7 +472,8 @@ impl Drop for Env {
     }
 }
 
-async fn client(path: &Path) -> Client {
+/// A client for the kubeconfig at `path`.
+pub async fn client_for(path: &Path) -> Client {
     let kc = Kubeconfig::read_from(path).expect("kubeconfig readable");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
