@@ -256,10 +256,48 @@ async fn deletion_goes_terminating_and_leaves_only_claims_and_ring_keys(ground: 
     .await;
 }
 
+/// Deleting the whole namespace while Habitats converge is not a failure: the API server
+/// refuses new content in it (403, cause `NamespaceTerminating`), and the operator stops quietly
+/// instead of logging warnings and backing off (a real server showed 73 such lines in one run).
+async fn deleting_the_namespace_while_habitats_converge_makes_no_warnings(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "ns-delete");
+    env.apply_example("standalone");
+    env.apply_example("leader");
+    env.apply_example("generated-ring");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    // New Habitats that are still being built when the namespace goes.
+    env.apply_example("persisted");
+    env.apply_example("bind");
+    env.kubectl_ok(&["delete", "namespace", &env.namespace, "--wait=false"]);
+    wait_for(timeout(&env), "the namespace to be gone", || async {
+        let (ok, out, _) = env.kubectl(&["get", "namespace", &env.namespace, "-o", "name"]);
+        !ok && out.is_empty()
+    })
+    .await;
+    let log = env.operator_log();
+    let noise: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("being terminated"))
+        .collect();
+    assert!(
+        noise.is_empty(),
+        "warnings while the namespace was deleted:\n{}",
+        noise.join("\n")
+    );
+    let metrics = env.metrics();
+    assert!(
+        metrics.contains(r#"habitat_operator_reconciles_total{result="error"} 0"#),
+        "{metrics}"
+    );
+}
+
 on_both_grounds!(
     every_example_reaches_ready,
     scaling_up_and_down_changes_the_pods_and_returns_to_ready,
     an_image_change_goes_updating_then_ready_with_new_pods,
     a_killed_peer_pod_is_replaced_and_the_peer_ip_moves_off_it,
     deletion_goes_terminating_and_leaves_only_claims_and_ring_keys,
+    deleting_the_namespace_while_habitats_converge_makes_no_warnings,
 );
