@@ -1,25 +1,43 @@
 //! Observability: the Grafana dashboard (`dashboards/habitat-operator.json`) and the alerting
-//! rules (`deploy/prometheus/`) are proven against a real Prometheus scraping the sandbox.
+//! rules (`deploy/prometheus/`) are proven against a real Prometheus scraping the operator
+//! process, on both grounds (the sandbox, and the real control plane with simulated nodes) with
+//! the examples Ready in the test's namespace.
 //!
 //! Needs `prometheus` and `promtool` on PATH (Debian: `apt-get install prometheus`). Without them
 //! the Prometheus parts are skipped, unless `HABITAT_REQUIRE_PROMETHEUS=1` makes that a failure.
 
+#[macro_use]
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use kube::api::ListParams;
+use kube::ResourceExt;
 use serde_json::Value;
+use support::{free_port, root, timeout, Ground, Proc};
 
 const DASHBOARD: &str = "dashboards/habitat-operator.json";
 const RULES: &str = "deploy/prometheus/habitat-operator-rules.yml";
 const RULES_TEST: &str = "deploy/prometheus/habitat-operator-rules_test.yml";
 const PROMETHEUS_RULE: &str = "deploy/prometheus/prometheusrule.yaml";
 
-/// How long the sandbox gets to bring the examples to Ready.
-const SANDBOX_WAIT: Duration = Duration::from_secs(90);
+/// The examples applied in the test's namespace: all but `namespaced`, which names its own.
+const EXAMPLES: [&str; 10] = [
+    "standalone",
+    "leader",
+    "bind",
+    "config",
+    "bind-config",
+    "encrypted",
+    "generated-ring",
+    "persisted",
+    "files",
+    "env-vars",
+];
 /// How long Prometheus gets to start and to collect enough samples for `rate()`.
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(45);
 /// How long one panel query may keep returning nothing before it counts as broken.
@@ -30,10 +48,6 @@ const ALERTS: [&str; 3] = [
     "HabitatOperatorReconcileErrors",
     "HabitatOperatorDown",
 ];
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn read(rel: &str) -> String {
     fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("cannot read {rel}: {e}"))
@@ -313,59 +327,6 @@ fn prometheus_tools() -> Option<(PathBuf, PathBuf)> {
     }
 }
 
-/// A child process killed when dropped (also while a failed assertion unwinds).
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, log: PathBuf) -> Proc {
-        let out = fs::File::create(&log).expect("log file");
-        let err = out.try_clone().expect("log file");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { name, child, log }
-    }
-
-    /// Fails if the process has exited; `context` says what we were waiting for.
-    fn assert_running(&mut self, context: &str) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "{} exited with {status} while {context}; its output:\n{}",
-                self.name,
-                self.tail()
-            );
-        }
-    }
-
-    /// The last lines the process wrote.
-    fn tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -438,113 +399,120 @@ fn promtool_accepts_the_rules_and_their_unit_tests() {
     }
 }
 
-#[test]
-fn every_dashboard_query_returns_data_from_the_sandbox() {
+/// The examples Ready in a namespace of their own, the operator process watching it, and a real
+/// Prometheus scraping the operator: every panel query of the dashboard returns data, every
+/// metric a panel or a rule uses has samples, and the alerting rules load and evaluate.
+async fn every_dashboard_query_returns_data(ground: Ground) {
     let Some((prometheus_bin, _)) = prometheus_tools() else {
         return;
     };
+    require_kubectl!();
     let started = Instant::now();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut env = env_on!(ground, "dashboard");
     let http = agent();
+    let metrics_url = format!("http://{}/metrics", env.metrics);
+    let namespace = env.namespace.clone();
 
-    // The sandbox: simulated cluster, the examples, the operator and its /metrics.
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let metrics_url = format!("http://{metrics_addr}/metrics");
-    let mut sandbox = Proc::spawn(
-        "the sandbox",
-        Command::new(env!("CARGO_BIN_EXE_habitat-operator"))
-            .args([
-                "sandbox",
-                "--metrics-addr",
-                &metrics_addr,
-                "--port",
-                "0",
-                "--log-level",
-                "warn",
-            ])
-            .current_dir(root()),
-        tmp.path().join("sandbox.log"),
-    );
-    let deadline = Instant::now() + SANDBOX_WAIT;
+    // The examples, Ready, and the operator's gauge saying so.
+    for example in EXAMPLES {
+        env.apply_example(example);
+    }
+    let names: Vec<String> = env
+        .habitats()
+        .list(&ListParams::default())
+        .await
+        .expect("list the Habitats")
+        .items
+        .iter()
+        .map(|h| h.name_any())
+        .collect();
+    assert!(names.len() >= 13, "{names:?}");
+    for name in &names {
+        env.wait_phase(name, "Ready", timeout(&env)).await;
+    }
+    let deadline = Instant::now() + timeout(&env);
     let mut last = BTreeMap::new();
     loop {
-        sandbox.assert_running("waiting for the examples to become Ready");
+        env.assert_processes_running("waiting for the operator to count the examples Ready");
         if let Some((200, text)) = get(&http, &metrics_url, &[]) {
-            let counts = phase_counts(&text);
-            if counts != last {
-                last = counts.clone();
-            }
-            let n = |p: &str| counts.get(p).copied().unwrap_or(0.0);
-            let total: f64 = counts.values().sum();
-            if total > 0.0 && n("Ready") == total {
+            last = phase_counts(&text);
+            let total: f64 = last.values().sum();
+            if total == names.len() as f64 && last.get("Ready").copied() == Some(total) {
                 break;
             }
         }
         assert!(
             Instant::now() < deadline,
-            "the examples did not all reach Ready within {SANDBOX_WAIT:?}; last phases {last:?}; sandbox output:\n{}",
-            sandbox.tail()
+            "the operator's habitat_operator_habitats does not count the {} examples Ready \
+             within {:?}; last phases {last:?}; operator log:\n{}",
+            names.len(),
+            timeout(&env),
+            support::tail(&env.operator_log(), 40)
         );
-        std::thread::sleep(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("sandbox settled after {:?}: {last:?}", started.elapsed());
+    eprintln!(
+        "{ground:?}: examples Ready after {:?}: {last:?}",
+        started.elapsed()
+    );
 
-    // Prometheus scraping it every second, with the alerting rules loaded.
+    // Prometheus scraping the operator every second, with the alerting rules loaded.
     let prom_port = free_port();
     let prom = format!("http://127.0.0.1:{prom_port}");
-    let config = tmp.path().join("prometheus.yml");
+    let dir = env.temp_dir().join("prometheus");
+    fs::create_dir_all(&dir).expect("prometheus directory");
+    let config = dir.join("prometheus.yml");
     fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files:\n  - {rules}\n\
              scrape_configs:\n  - job_name: habitat-operator\n    static_configs:\n      \
-             - targets: ['{metrics_addr}']\n        labels:\n          namespace: sandbox\n",
-            rules = root().join(RULES).display()
+             - targets: ['{metrics}']\n        labels:\n          namespace: {namespace}\n",
+            rules = root().join(RULES).display(),
+            metrics = env.metrics,
         ),
     )
     .expect("write prometheus.yml");
-    let mut prometheus = Proc::spawn(
+    let prometheus_log = dir.join("prometheus.log");
+    let mut prometheus = Proc::spawn_logged(
         "prometheus",
         Command::new(&prometheus_bin)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
-                tmp.path().join("data").display()
+                dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
             .arg("--log.level=warn")
-            .current_dir(tmp.path()),
-        tmp.path().join("prometheus.log"),
+            .current_dir(&dir),
+        &prometheus_log,
     );
     // rate() needs two samples in its window: wait for a few successful scrapes.
+    let up = format!(r#"sum_over_time(up{{job="habitat-operator",namespace="{namespace}"}}[1m])"#);
     let deadline = Instant::now() + PROMETHEUS_WAIT;
     loop {
-        prometheus.assert_running("waiting for it to scrape the sandbox");
-        sandbox.assert_running("Prometheus scraped it");
-        let scrapes = query(
-            &http,
-            &prom,
-            r#"sum_over_time(up{job="habitat-operator",namespace="sandbox"}[1m])"#,
-        )
-        .ok()
-        .and_then(|r| {
-            r.first()
-                .and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0);
+        prometheus.assert_running("waiting for it to scrape the operator", &prometheus_log);
+        env.assert_processes_running("Prometheus scraped the operator");
+        let scrapes = query(&http, &prom, &up)
+            .ok()
+            .and_then(|r| {
+                r.first()
+                    .and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0);
         if scrapes >= 4.0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "Prometheus did not scrape the sandbox 4 times within {PROMETHEUS_WAIT:?} (got {scrapes}); prometheus output:\n{}",
-            prometheus.tail()
+            "Prometheus did not scrape the operator 4 times within {PROMETHEUS_WAIT:?} (got {scrapes}); prometheus output:\n{}",
+            support::tail(&fs::read_to_string(&prometheus_log).unwrap_or_default(), 40)
         );
-        std::thread::sleep(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     eprintln!(
-        "prometheus has scraped the sandbox after {:?}",
+        "{ground:?}: prometheus has scraped the operator after {:?}",
         started.elapsed()
     );
 
@@ -562,10 +530,10 @@ fn every_dashboard_query_returns_data_from_the_sandbox() {
     .unwrap_or_default();
     if !values
         .as_array()
-        .is_some_and(|a| a.iter().any(|v| v == "sandbox"))
+        .is_some_and(|a| a.iter().any(|v| v == namespace.as_str()))
     {
         problems.push(format!(
-            "variable namespace: label values of habitat_operator_build_info are {values}"
+            "variable namespace: label values of habitat_operator_build_info are {values} (want {namespace})"
         ));
     }
 
@@ -578,7 +546,7 @@ fn every_dashboard_query_returns_data_from_the_sandbox() {
         let outcome = loop {
             match query(&http, &prom, &promql) {
                 Ok(r) if !r.is_empty() => break Ok(r.len()),
-                Ok(_) if Instant::now() < until => std::thread::sleep(Duration::from_secs(1)),
+                Ok(_) if Instant::now() < until => tokio::time::sleep(Duration::from_secs(1)).await,
                 Ok(_) => break Err("no series".to_string()),
                 Err(e) => break Err(e),
             }
@@ -612,7 +580,7 @@ fn every_dashboard_query_returns_data_from_the_sandbox() {
             let mut users = users.clone();
             users.dedup();
             problems.push(format!(
-                "metric {name} (used by {}) has no sample in the sandbox's /metrics",
+                "metric {name} (used by {}) has no sample in the operator's /metrics",
                 users.join(", ")
             ));
         }
@@ -663,31 +631,37 @@ fn every_dashboard_query_returns_data_from_the_sandbox() {
     for (what, promql) in [
         (
             "Habitats in phase Ready",
-            r#"habitat_operator_habitats{job="habitat-operator",phase="Ready"} > 0"#,
+            format!(
+                r#"habitat_operator_habitats{{job="habitat-operator",namespace="{namespace}",phase="Ready"}} > 0"#
+            ),
         ),
         (
             "transitions to Ready",
-            r#"habitat_operator_phase_transitions_total{job="habitat-operator",to="Ready"} > 0"#,
+            format!(
+                r#"habitat_operator_phase_transitions_total{{job="habitat-operator",namespace="{namespace}",to="Ready"}} > 0"#
+            ),
         ),
     ] {
-        match query(&http, &prom, promql) {
+        match query(&http, &prom, &promql) {
             Ok(r) if !r.is_empty() => {}
             Ok(_) => problems.push(format!("no {what}: {promql} returned nothing")),
             Err(e) => problems.push(format!("{what}: {promql}: {e}")),
         }
     }
 
-    sandbox.assert_running("the queries ran");
-    prometheus.assert_running("the queries ran");
+    env.assert_processes_running("the queries ran");
+    prometheus.assert_running("the queries ran", &prometheus_log);
     eprintln!(
-        "checked {} panel queries in {:?}",
+        "{ground:?}: checked {} panel queries in {:?}",
         targets.len(),
         started.elapsed()
     );
     assert!(
         problems.is_empty(),
-        "{} problem(s) with the dashboard and rules against the sandbox:\n  {}\n(sandbox phases: {last:?})",
+        "{} problem(s) with the dashboard and rules against the operator on {ground:?}:\n  {}\n(the operator's phases: {last:?})",
         problems.len(),
         problems.join("\n  ")
     );
 }
+
+on_both_grounds!(every_dashboard_query_returns_data);

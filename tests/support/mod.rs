@@ -511,3 +511,52 @@ pub fn timeout(env: &Env) -> Duration {
         Duration::from_secs(30)
     }
 }
+
+impl Proc {
+    /// Starts `cmd` as `name`, stdin closed, stdout and stderr into the file `log`.
+    pub fn spawn_logged(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
+        let out = std::fs::File::create(log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc(child, name)
+    }
+
+    /// Panics when the process has exited, saying that it did while `context`, with the last
+    /// lines of `log`.
+    pub fn assert_running(&mut self, context: &str, log: &Path) {
+        if let Ok(Some(status)) = self.0.try_wait() {
+            panic!(
+                "{} exited with {status} while {context}; its output:\n{}",
+                self.1,
+                tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
+            );
+        }
+    }
+}
+
+impl Env {
+    /// The test's temporary directory (removed with the Env): room for files of its own.
+    pub fn temp_dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Panics when a process of this Env (sandbox, simulated nodes, operator) has exited,
+    /// saying that it did while `context`, with the last lines of its log.
+    pub fn assert_processes_running(&mut self, context: &str) {
+        let dir = self._dir.path().to_path_buf();
+        for (proc, log) in [
+            (&mut self._sandbox, "sandbox.log"),
+            (&mut self._nodes, "nodes.log"),
+            (&mut self._operator, "operator.log"),
+        ] {
+            if let Some(p) = proc {
+                p.assert_running(context, &dir.join(log));
+            }
+        }
+    }
+}
