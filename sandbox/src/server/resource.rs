@@ -8,8 +8,8 @@ use crate::patch::{self, PatchType};
 use crate::registry::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, Inner};
-use axum::http::Method;
-use axum::response::Response;
+use axum::http::{HeaderValue, Method};
+use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -50,6 +50,102 @@ fn write<T>(app: &App, r: &Req, f: impl FnOnce(&mut Inner) -> T) -> T {
     } else {
         f(&mut txn)
     }
+}
+
+/// The `fieldValidation` of a write: what becomes of fields the schema does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// The request's `fieldValidation` (the server's default is Warn); `options` names the verb's
+/// options kind (`CreateOptions`, ...) for the 422 of an unsupported value.
+fn field_validation(r: &Req, options: &str) -> Result<FieldValidation, ApiError> {
+    match r.query.get("fieldValidation").map(String::as_str) {
+        None | Some("" | "Warn") => Ok(FieldValidation::Warn),
+        Some("Ignore") => Ok(FieldValidation::Ignore),
+        Some("Strict") => Ok(FieldValidation::Strict),
+        Some(other) => {
+            let cause = crate::validation::Cause {
+                reason: "FieldValueNotSupported",
+                field: "fieldValidation".into(),
+                message: format!(
+                    "Unsupported value: {}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                    Value::String(other.into())
+                ),
+            };
+            Err(ApiError::invalid_fields(
+                "meta.k8s.io",
+                options,
+                "",
+                &[cause],
+            ))
+        }
+    }
+}
+
+/// `fieldValidation` of a custom resource's write whose decoded object is `obj`: with Strict
+/// and unknown fields, the real server's error (`strict`: a 400 when the request body is the
+/// object, the 422 of a patch whose result has them); otherwise the warnings to send (none
+/// with Ignore). Other resources are not checked.
+fn check_fields(
+    app: &App,
+    rt: &ResourceType,
+    r: &Req,
+    options: &str,
+    obj: impl FnOnce(&Inner) -> Option<Value>,
+) -> Result<Vec<String>, ApiError> {
+    let mode = field_validation(r, options)?;
+    if mode == FieldValidation::Ignore || rt.crd.is_none() {
+        return Ok(Vec::new());
+    }
+    let unknown = {
+        let inner = app.store.lock();
+        match (inner.crd_schema(rt), obj(&inner)) {
+            (Some(schema), Some(obj)) => {
+                Some((crate::validation::schema::unknown_fields(schema, &obj), obj))
+            }
+            _ => None,
+        }
+    };
+    let Some((unknown, obj)) = unknown.filter(|(u, _)| !u.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let texts: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {}", Value::String(f.clone())))
+        .collect();
+    if mode == FieldValidation::Warn {
+        return Ok(texts);
+    }
+    let error = format!("strict decoding error: {}", texts.join(", "));
+    if options == "PatchOptions" {
+        let cause = crate::validation::Cause {
+            reason: "FieldValueInvalid",
+            field: "patch".into(),
+            message: format!("Invalid value: {}: {error}", Value::String(obj.to_string())),
+        };
+        return Err(ApiError::invalid_fields("", "", "", &[cause]));
+    }
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
+        kind = rt.kind,
+        version = rt.version
+    )))
+}
+
+/// The answer (or error) of a write with `Warning: 299 - "TEXT"` headers.
+fn warned(result: Result<Response, ApiError>, warnings: &[String]) -> Response {
+    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    for w in warnings {
+        let text = format!("299 - {}", Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
 }
 
 /// Handle a request on a resource path.
@@ -118,23 +214,35 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         (&Method::GET, None) => list(app, &rt, ns, &r),
         (&Method::POST, None) => {
             let body = parse_json(&r)?;
-            let obj = write(app, &r, |i| i.create(&rt, ns, body))?;
-            Ok(json_response(201, &obj))
+            let warnings = check_fields(app, &rt, &r, "CreateOptions", |_| Some(body.clone()))?;
+            let obj = write(app, &r, |i| i.create(&rt, ns, body));
+            Ok(warned(obj.map(|o| json_response(201, &o)), &warnings))
         }
         (&Method::PUT, Some(n)) => {
             let body = parse_json(&r)?;
-            let obj = write(app, &r, |i| i.update(&rt, ns, n, body, status))?;
-            Ok(json_response(200, &obj))
+            let warnings = check_fields(app, &rt, &r, "UpdateOptions", |_| Some(body.clone()))?;
+            let obj = write(app, &r, |i| i.update(&rt, ns, n, body, status));
+            Ok(warned(obj.map(|o| json_response(200, &o)), &warnings))
         }
         (&Method::PATCH, Some(n)) => {
             let pt = PatchType::from_content_type(r.header("content-type"))?;
             let body = patch::parse_body(pt, &r.body)?;
+            // An apply's unknown fields are the structured merge's to refuse.
+            let warnings = if pt == PatchType::Apply {
+                field_validation(&r, "PatchOptions").map(|_| Vec::new())?
+            } else {
+                check_fields(app, &rt, &r, "PatchOptions", |i| {
+                    let live = i.get(&rt, ns, n).ok()?;
+                    patch::apply_patch(pt, &live, &body).ok()
+                })?
+            };
             let manager = r.query.get("fieldManager").map(String::as_str);
             let (existed, obj) = write(app, &r, |i| {
                 let existed = i.get(&rt, ns, n).is_ok();
                 (existed, i.patch(&rt, ns, n, pt, &body, status, manager))
             });
-            Ok(json_response(if existed { 200 } else { 201 }, &obj?))
+            let code = if existed { 200 } else { 201 };
+            Ok(warned(obj.map(|o| json_response(code, &o)), &warnings))
         }
         (&Method::DELETE, Some(n)) => {
             let body = if r.body.is_empty() {

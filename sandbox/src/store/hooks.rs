@@ -121,21 +121,7 @@ impl Inner {
         if rt.group.is_empty() && rt.plural == "secrets" {
             fold_string_data(&mut obj);
         }
-        let Some(crd_name) = &rt.crd else {
-            return Ok(obj);
-        };
-        let crd_key = ObjKey {
-            storage: crd_storage(),
-            namespace: String::new(),
-            name: crd_name.clone(),
-        };
-        let Some(crd) = self.objects.get(&crd_key) else {
-            return Ok(obj);
-        };
-        let version = crd["spec"]["versions"]
-            .as_array()
-            .and_then(|vs| vs.iter().find(|v| v["name"] == rt.version.as_str()));
-        let Some(schema) = version.map(|v| &v["schema"]["openAPIV3Schema"]) else {
+        let Some(schema) = self.crd_schema(rt) else {
             return Ok(obj);
         };
         let scope = if status {
@@ -146,6 +132,20 @@ impl Inner {
         let name = meta::name(&obj).to_string();
         validation::admit(schema, obj, old, scope)
             .map_err(|causes| ApiError::invalid_fields(&rt.group, &rt.kind, &name, &causes))
+    }
+
+    /// The `openAPIV3Schema` of a custom resource's version, from its CRD.
+    pub fn crd_schema(&self, rt: &ResourceType) -> Option<&Value> {
+        let crd_key = ObjKey {
+            storage: crd_storage(),
+            namespace: String::new(),
+            name: rt.crd.clone()?,
+        };
+        let version = self.objects.get(&crd_key)?["spec"]["versions"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == rt.version.as_str())?;
+        Some(&version["schema"]["openAPIV3Schema"])
     }
 
     /// Side effects of a stored write: CRD registration.

@@ -46,6 +46,71 @@ fn prune_node(schema: &Value, v: &mut Value, root: bool) {
     }
 }
 
+/// The fields of `metadata` (ObjectMeta) a server knows.
+const META_FIELDS: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// The paths of the fields that [`prune`] drops (`spec.color`, `spec.bind[0].extra`) and of
+/// unknown top-level fields of `metadata`, as the real server names them for the
+/// `fieldValidation` of a write: those of `metadata` first, then the others, sorted.
+pub fn unknown_fields(schema: &Value, obj: &Value) -> Vec<String> {
+    let mut meta: Vec<String> = obj["metadata"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .filter(|k| !META_FIELDS.contains(&k.as_str()))
+        .map(|k| format!("metadata.{k}"))
+        .collect();
+    let mut rest = Vec::new();
+    unknown_node(schema, obj, "", true, &mut rest);
+    meta.sort();
+    rest.sort();
+    meta.extend(rest);
+    meta
+}
+
+fn unknown_node(schema: &Value, v: &Value, path: &str, root: bool, out: &mut Vec<String>) {
+    if let Some(map) = v.as_object() {
+        if let Some(extra) = schema.get("additionalProperties").filter(|e| e.is_object()) {
+            for (k, child) in map {
+                unknown_node(extra, child, &join(path, k), false, out);
+            }
+            return;
+        }
+        let props = schema["properties"].as_object();
+        let preserve = schema["x-kubernetes-preserve-unknown-fields"].as_bool() == Some(true);
+        for (k, child) in map {
+            if root && ROOT_FIELDS.contains(&k.as_str()) {
+                continue;
+            }
+            match props.and_then(|p| p.get(k)) {
+                Some(sub) => unknown_node(sub, child, &join(path, k), false, out),
+                None if !preserve => out.push(join(path, k)),
+                None => {}
+            }
+        }
+    } else if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
+        for (i, el) in arr.iter().enumerate() {
+            unknown_node(items, el, &format!("{path}[{i}]"), false, out);
+        }
+    }
+}
+
 /// Fill `default` values for absent properties, recursively, like the API server. A `null`
 /// of a non-nullable property is replaced by its default, or dropped when it has none.
 pub fn apply_defaults(schema: &Value, obj: &mut Value) {
@@ -363,6 +428,16 @@ mod tests {
             o,
             json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a", "x": 1},
                 "spec": {"image": "x", "keep": {"any": 3}}})
+        );
+    }
+
+    #[test]
+    fn unknown_fields_metadata_first_then_sorted() {
+        let o = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a", "zz": 1},
+            "junk": 1, "spec": {"image": "x", "foo": 2, "bar": [], "keep": {"any": 3}}});
+        assert_eq!(
+            unknown_fields(&schema(), &o),
+            ["metadata.zz", "junk", "spec.bar", "spec.foo"]
         );
     }
 
