@@ -443,7 +443,10 @@ async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields(ground:
     let (applied, out, err) = env.try_apply_yaml(
         "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: both}\nspec:\n  image: kinvolk/redis-hab\n  service: {name: redis, ring: {name: prod}, ringSecretName: prod-20170829113029}\n",
     );
-    assert!(!applied, "the API server accepted an invalid Habitat: {out}");
+    assert!(
+        !applied,
+        "the API server accepted an invalid Habitat: {out}"
+    );
     assert!(
         err.contains(r#"The Habitat "both" is invalid: spec.service: Invalid value: spec.service.ring and spec.service.ringSecretName are mutually exclusive; set one"#),
         "{err}"
