@@ -50,7 +50,12 @@ impl ApiError {
     }
 
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.details = Some(json!({"name": name, "group": group, "kind": kind}));
+        // The real server leaves `group` out for the core group.
+        self.details = Some(if group.is_empty() {
+            json!({"name": name, "kind": kind})
+        } else {
+            json!({"name": name, "group": group, "kind": kind})
+        });
         self
     }
 

@@ -293,6 +293,11 @@ fn bind(
     name: &str,
     binding: &Value,
 ) -> Result<(), ApiError> {
+    if crate::meta::name(binding) != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Binding object",
+        ));
+    }
     let node = binding["target"]["name"].as_str().unwrap_or_default();
     if node.is_empty() {
         return Err(ApiError::invalid(
@@ -319,7 +324,7 @@ fn bind(
         )));
     }
     pod["spec"]["nodeName"] = json!(node);
-    let mut pod = inner.update(rt, ns, name, pod, false)?;
+    let mut pod = inner.bind_node(rt, ns, name, pod)?;
     let scheduled = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
         "lastTransitionTime": crate::meta::now()});
     match pod["status"]["conditions"].as_array_mut() {

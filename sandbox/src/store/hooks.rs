@@ -1,7 +1,7 @@
 //! Per-kind behaviour of the simulated API server: creation defaults, CRD registration and
 //! status, and custom resource admission (schema defaulting and validation).
 
-use super::{Inner, ObjKey};
+use super::{names, rules, Inner, ObjKey};
 use crate::error::ApiError;
 use crate::meta;
 use crate::registry::{ResourceType, StorageKey};
@@ -36,6 +36,7 @@ fn set_default(obj: &mut Value, path: &[&str], value: Value) {
 impl Inner {
     /// Defaults the real API server (or a built-in controller) fills in on create.
     pub(super) fn create_defaults(&mut self, rt: &ResourceType, obj: &mut Value) {
+        spec_defaults(rt, obj);
         match (rt.group.as_str(), rt.plural.as_str()) {
             ("", "namespaces") => {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -43,14 +44,8 @@ impl Inner {
             }
             ("", "pods") => {
                 obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
-                set_default(obj, &["spec", "restartPolicy"], json!("Always"));
-                set_default(obj, &["spec", "dnsPolicy"], json!("ClusterFirst"));
-                set_default(obj, &["spec", "schedulerName"], json!("default-scheduler"));
-                set_default(obj, &["spec", "serviceAccountName"], json!("default"));
             }
             ("", "services") => {
-                set_default(obj, &["spec", "type"], json!("ClusterIP"));
-                set_default(obj, &["spec", "sessionAffinity"], json!("None"));
                 if obj["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) {
                     let mut rng = rand::thread_rng();
                     let ip = format!(
@@ -76,23 +71,50 @@ impl Inner {
                 });
             }
             ("apps", "statefulsets") => {
-                set_default(obj, &["spec", "replicas"], json!(1));
-                set_default(obj, &["spec", "podManagementPolicy"], json!("OrderedReady"));
-                set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
-                set_default(
-                    obj,
-                    &["spec", "updateStrategy"],
-                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-                );
-                set_default(
-                    obj,
-                    &["spec", "persistentVolumeClaimRetentionPolicy"],
-                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-                );
                 obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
             }
             _ => {}
         }
+    }
+
+    /// Validation of built-in kinds and of every object's name and labels, and the
+    /// defaults an update gets. Called by [`Inner::admit`] for writes of the main resource.
+    fn admit_builtin(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let mut causes = match old {
+            None => names::name_causes(
+                &rt.group,
+                &rt.plural,
+                meta::name(obj),
+                meta::meta_str(obj, "generateName"),
+            ),
+            Some(_) => vec![],
+        };
+        causes.extend(names::label_causes(obj));
+        if rt.crd.is_none() {
+            if let Some(old) = old {
+                spec_defaults(rt, obj);
+                if rt.group.is_empty() && rt.plural == "services" {
+                    rules::service_update_defaults(obj, old);
+                }
+            }
+            causes.extend(rules::check(&rt.group, &rt.plural, obj, old));
+        }
+        if causes.is_empty() {
+            return Ok(());
+        }
+        // Events of events.k8s.io are validated as core ones, and named so.
+        let group = if rt.is_event() { "" } else { rt.group.as_str() };
+        Err(ApiError::invalid_fields(
+            group,
+            &rt.kind,
+            meta::name(obj),
+            &causes,
+        ))
     }
 
     /// Admission: CRD checks and status; custom resource pruning, defaulting and validation
@@ -120,6 +142,9 @@ impl Inner {
         }
         if rt.group.is_empty() && rt.plural == "secrets" {
             fold_string_data(&mut obj);
+        }
+        if !status && self.checked {
+            self.admit_builtin(rt, &mut obj, old)?;
         }
         let Some(schema) = self.crd_schema(rt) else {
             return Ok(obj);
@@ -163,6 +188,39 @@ impl Inner {
                 .as_str()
                 .is_some_and(|n| !n.is_empty())
             && obj["metadata"]["deletionGracePeriodSeconds"].as_i64() != Some(0)
+    }
+}
+
+/// Spec defaults the real API server fills in on create and again on update (so that an
+/// update that leaves them out does not change them).
+fn spec_defaults(rt: &ResourceType, obj: &mut Value) {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "pods") => {
+            set_default(obj, &["spec", "restartPolicy"], json!("Always"));
+            set_default(obj, &["spec", "dnsPolicy"], json!("ClusterFirst"));
+            set_default(obj, &["spec", "schedulerName"], json!("default-scheduler"));
+            set_default(obj, &["spec", "serviceAccountName"], json!("default"));
+        }
+        ("", "services") => {
+            set_default(obj, &["spec", "type"], json!("ClusterIP"));
+            set_default(obj, &["spec", "sessionAffinity"], json!("None"));
+        }
+        ("apps", "statefulsets") => {
+            set_default(obj, &["spec", "replicas"], json!(1));
+            set_default(obj, &["spec", "podManagementPolicy"], json!("OrderedReady"));
+            set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+            set_default(
+                obj,
+                &["spec", "updateStrategy"],
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            set_default(
+                obj,
+                &["spec", "persistentVolumeClaimRetentionPolicy"],
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        _ => {}
     }
 }
 

@@ -3,6 +3,8 @@
 
 mod delete;
 mod hooks;
+mod names;
+mod rules;
 mod write;
 
 pub use delete::{DeleteOptions, Propagation};
@@ -78,6 +80,8 @@ pub struct Inner {
     history: VecDeque<Change>,
     trimmed: u64,
     applied: HashMap<(ObjKey, String, bool), Value>,
+    /// Whether writes are validated like a client's (off for a scheduler's binding).
+    checked: bool,
 }
 
 /// The shared store; lock it to read or write.
@@ -125,6 +129,7 @@ impl Default for Store {
             history: VecDeque::new(),
             trimmed: 0,
             applied: HashMap::new(),
+            checked: true,
         };
         let ns = inner
             .registry

@@ -156,8 +156,37 @@ impl Inner {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if rt.crd.is_some() && meta::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty) {
+            // A custom resource's PUT is never unconditional (a built-in's is).
+            let cause = crate::validation::Cause::invalid(
+                "metadata.resourceVersion",
+                "0",
+                "must be specified for an update",
+            );
+            return Err(ApiError::invalid_fields(
+                &rt.group,
+                &rt.plural,
+                name,
+                &[cause],
+            ));
+        }
         self.check_rv(rt, &old, &obj)?;
         self.commit(rt, key, &old, obj, status)
+    }
+
+    /// Sets a pod's `spec.nodeName` as the binding subresource does: a write no client's
+    /// update may make. Returns the stored view.
+    pub fn bind_node(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        pod: Value,
+    ) -> Result<Value, ApiError> {
+        self.checked = false;
+        let result = self.update(rt, ns, name, pod, false);
+        self.checked = true;
+        result
     }
 
     fn check_rv(&self, rt: &ResourceType, old: &Value, new: &Value) -> Result<(), ApiError> {

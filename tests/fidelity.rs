@@ -1,0 +1,362 @@
+//! Fidelity of the sandbox's API server: each scenario makes the same requests on both grounds
+//! (the sandbox and a real kube-apiserver v1.36) and asserts the real server's answer (status
+//! code, reason and, where stable, the message), recorded from the real server. One scenario per
+//! divergence that was found and fixed in the sandbox.
+
+#[macro_use]
+mod support;
+
+use serde_json::{json, Value};
+use support::{Env, Ground};
+
+/// The code, reason and message of an answer (200 and the object for a success).
+#[derive(Debug)]
+struct Answer {
+    code: u16,
+    reason: String,
+    message: String,
+    body: Value,
+}
+
+async fn call(env: &Env, method: &str, path: &str, body: &Value, content_type: &str) -> Answer {
+    let path = path.replace("NS", &env.namespace);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(&path)
+        .header("Content-Type", content_type)
+        .body(serde_json::to_vec(body).unwrap_or_default())
+        .expect("request");
+    match env.client.request_text(req).await {
+        Ok(text) => Answer {
+            code: 200,
+            reason: String::new(),
+            message: String::new(),
+            body: serde_json::from_str(&text).unwrap_or_default(),
+        },
+        Err(kube::Error::Api(s)) => Answer {
+            code: s.code,
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            body: Value::Null,
+        },
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+async fn post(env: &Env, path: &str, body: Value) -> Answer {
+    call(env, "POST", path, &body, "application/json").await
+}
+
+async fn put(env: &Env, path: &str, body: Value) -> Answer {
+    call(env, "PUT", path, &body, "application/json").await
+}
+
+async fn merge(env: &Env, path: &str, body: Value) -> Answer {
+    call(env, "PATCH", path, &body, "application/merge-patch+json").await
+}
+
+/// Creates a pod, waiting for the namespace's default ServiceAccount that the real server's
+/// admission looks up.
+async fn create_pod(env: &Env, pod: Value) {
+    for _ in 0..100 {
+        let a = post(env, PODS, pod.clone()).await;
+        if a.code != 403 {
+            ok(&a);
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    panic!("the pod could not be created");
+}
+
+fn ok(a: &Answer) -> &Value {
+    assert_eq!(a.code, 200, "{a:?}");
+    &a.body
+}
+
+fn invalid(a: &Answer, message: &str) {
+    assert_eq!(
+        (a.code, a.reason.as_str(), a.message.as_str()),
+        (422, "Invalid", message),
+        "{a:?}"
+    );
+}
+
+const STS: &str = "/apis/apps/v1/namespaces/NS/statefulsets";
+
+fn statefulset(name: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+        "spec": {"serviceName": "redis", "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "redis:7"}]}}}})
+}
+
+/// Only replicas, ordinals, template, updateStrategy, revisionHistoryLimit,
+/// persistentVolumeClaimRetentionPolicy and minReadySeconds of a StatefulSet may change.
+async fn statefulset_spec_is_immutable_but_for_a_few_fields(ground: Ground) {
+    let env = env_on!(ground, "fid-sts", false);
+    ok(&post(&env, STS, statefulset("redis")).await);
+    let fine = json!({"spec": {"replicas": 0, "minReadySeconds": 3,
+        "template": {"spec": {"containers": [{"name": "c", "image": "redis:8"}]}}}});
+    ok(&merge(&env, &format!("{STS}/redis"), fine).await);
+    let expected = "StatefulSet.apps \"redis\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
+    for patch in [
+        json!({"spec": {"serviceName": "other"}}),
+        json!({"spec": {"podManagementPolicy": "Parallel"}}),
+    ] {
+        invalid(&merge(&env, &format!("{STS}/redis"), patch).await, expected);
+    }
+    // A PUT of a built-in without resourceVersion is an unconditional update, and is
+    // validated the same.
+    let mut body = statefulset("redis");
+    body["spec"]["serviceName"] = json!("other");
+    invalid(&put(&env, &format!("{STS}/redis"), body).await, expected);
+}
+
+const PODS: &str = "/api/v1/namespaces/NS/pods";
+
+/// A pod update may change the images and a few fields, nothing else of the spec.
+async fn pod_spec_updates_change_only_images(ground: Ground) {
+    let env = env_on!(ground, "fid-pod", false);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}});
+    create_pod(&env, pod).await;
+    let image = json!({"spec": {"activeDeadlineSeconds": 600,
+        "containers": [{"name": "c", "image": "busybox:2"}]}});
+    let a = call(
+        &env,
+        "PATCH",
+        &format!("{PODS}/p1"),
+        &image,
+        "application/strategic-merge-patch+json",
+    )
+    .await;
+    assert_eq!(ok(&a)["spec"]["containers"][0]["image"], "busybox:2");
+    let env_var = json!({"spec": {"containers": [{"name": "c", "image": "busybox:2",
+        "env": [{"name": "A", "value": "1"}]}]}});
+    let a = call(
+        &env,
+        "PATCH",
+        &format!("{PODS}/p1"),
+        &env_var,
+        "application/strategic-merge-patch+json",
+    )
+    .await;
+    assert_eq!((a.code, a.reason.as_str()), (422, "Invalid"), "{a:?}");
+    // The real message goes on with a diff of Go structs, which the sandbox does not write.
+    assert_eq!(
+        a.message.lines().next().unwrap_or_default(),
+        "Pod \"p1\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+    );
+}
+
+/// A bound pod cannot be bound again; a Binding must name the pod of the URL.
+async fn binding_a_bound_pod_or_another_name_is_refused(ground: Ground) {
+    let env = env_on!(ground, "fid-bind", false);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}});
+    create_pod(&env, pod).await;
+    let binding = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "elsewhere"}})
+    };
+    let a = post(&env, &format!("{PODS}/p2/binding"), binding("p3")).await;
+    assert_eq!(
+        (a.code, a.reason.as_str(), a.message.as_str()),
+        (
+            400,
+            "BadRequest",
+            "name in URL does not match name in Binding object"
+        )
+    );
+    // The simulated nodes bind it (or this binding does, if it comes first).
+    let _ = post(&env, &format!("{PODS}/p2/binding"), binding("p2")).await;
+    let a = post(&env, &format!("{PODS}/p2/binding"), binding("p2")).await;
+    assert_eq!((a.code, a.reason.as_str()), (409, "Conflict"), "{a:?}");
+    assert!(
+        a.message
+            .starts_with("Operation cannot be fulfilled on pods/binding \"p2\": pod p2 is already assigned to node \""),
+        "{a:?}"
+    );
+    let a = post(&env, &format!("{PODS}/nope/binding"), binding("nope")).await;
+    assert_eq!(
+        (a.code, a.message.as_str()),
+        (404, "pods \"nope\" not found")
+    );
+}
+
+/// A PUT of a custom resource must carry metadata.resourceVersion (a built-in's need not).
+async fn a_custom_resource_put_needs_a_resource_version(ground: Ground) {
+    let env = env_on!(ground, "fid-rv", false);
+    let path = "/apis/habitat.sh/v1/namespaces/NS/habitats";
+    let h = json!({"apiVersion": "habitat.sh/v1", "kind": "Habitat", "metadata": {"name": "h1"},
+        "spec": {"image": "kinvolk/redis-hab", "count": 1, "service": {"name": "redis"}}});
+    ok(&post(&env, path, h.clone()).await);
+    let expected = "habitats.habitat.sh \"h1\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update";
+    invalid(&put(&env, &format!("{path}/h1"), h.clone()).await, expected);
+    invalid(&put(&env, &format!("{path}/h1/status"), h).await, expected);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+        "data": {"a": "1"}});
+    ok(&post(&env, "/api/v1/namespaces/NS/configmaps", cm.clone()).await);
+    ok(&put(&env, "/api/v1/namespaces/NS/configmaps/c", cm).await);
+}
+
+/// The data of an immutable ConfigMap or Secret does not change, nor does `immutable`.
+async fn immutable_config_maps_and_secrets_stay(ground: Ground) {
+    let env = env_on!(ground, "fid-imm", false);
+    for (path, kind) in [
+        ("/api/v1/namespaces/NS/configmaps", "ConfigMap"),
+        ("/api/v1/namespaces/NS/secrets", "Secret"),
+    ] {
+        let data = if kind == "Secret" { "MQ==" } else { "1" };
+        let obj = json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "frozen"},
+            "immutable": true, "data": {"a": data}});
+        ok(&post(&env, path, obj).await);
+        let other = if kind == "Secret" { "Mg==" } else { "2" };
+        let a = merge(
+            &env,
+            &format!("{path}/frozen"),
+            json!({"data": {"a": other}}),
+        )
+        .await;
+        invalid(&a, &format!("{kind} \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"));
+        let a = merge(&env, &format!("{path}/frozen"), json!({"immutable": false})).await;
+        invalid(&a, &format!("{kind} \"frozen\" is invalid: immutable: Forbidden: field is immutable when `immutable` is set"));
+        let labels = json!({"metadata": {"labels": {"x": "y"}}});
+        ok(&merge(&env, &format!("{path}/frozen"), labels).await);
+    }
+}
+
+/// A Service's cluster IP (headless `None` too) may not change; emptying it keeps it.
+async fn a_service_keeps_its_cluster_ip(ground: Ground) {
+    let env = env_on!(ground, "fid-svc", false);
+    let path = "/api/v1/namespaces/NS/services";
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s1"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 80}], "selector": {"a": "b"}}});
+    ok(&post(&env, path, svc).await);
+    for patch in [
+        json!({"spec": {"clusterIP": "10.0.0.77", "clusterIPs": ["10.0.0.77"]}}),
+        json!({"spec": {"clusterIP": "10.0.0.77"}}),
+    ] {
+        invalid(
+            &merge(&env, &format!("{path}/s1"), patch).await,
+            "Service \"s1\" is invalid: spec.clusterIPs[0]: Invalid value: [\"10.0.0.77\"]: may not change once set",
+        );
+    }
+    let a = merge(
+        &env,
+        &format!("{path}/s1"),
+        json!({"spec": {"clusterIP": ""}}),
+    )
+    .await;
+    assert_eq!(ok(&a)["spec"]["clusterIP"], "None");
+    assert_eq!(ok(&a)["spec"]["clusterIPs"], json!(["None"]));
+}
+
+const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// Names are DNS subdomains (DNS labels for Services and StatefulSets); label keys and values
+/// are checked.
+async fn names_and_labels_are_validated(ground: Ground) {
+    let env = env_on!(ground, "fid-names", false);
+    let cms = "/api/v1/namespaces/NS/configmaps";
+    let cm = |md: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": md});
+    invalid(
+        &post(&env, cms, cm(json!({"name": "Bad_Name"}))).await,
+        &format!("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN}"),
+    );
+    let a = post(
+        &env,
+        "/api/v1/namespaces/NS/services",
+        json!({"apiVersion": "v1",
+        "kind": "Service", "metadata": {"name": "a.b"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .await;
+    invalid(
+        &a,
+        "Service \"a.b\" is invalid: metadata.name: Invalid value: \"a.b\": must not contain dots",
+    );
+    invalid(
+        &post(&env, STS, statefulset("a.b")).await,
+        "StatefulSet.apps \"a.b\" is invalid: metadata.name: Invalid value: \"a.b\": must not contain dots",
+    );
+    invalid(
+        &post(&env, STS, statefulset("Bad")).await,
+        "StatefulSet.apps \"Bad\" is invalid: metadata.name: Invalid value: \"Bad\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    );
+    let h = json!({"apiVersion": "habitat.sh/v1", "kind": "Habitat", "metadata": {"name": "Bad"},
+        "spec": {"image": "x", "count": 1, "service": {"name": "redis"}}});
+    invalid(
+        &post(&env, "/apis/habitat.sh/v1/namespaces/NS/habitats", h).await,
+        &format!("Habitat.habitat.sh \"Bad\" is invalid: metadata.name: Invalid value: \"Bad\": {SUBDOMAIN}"),
+    );
+    ok(&post(&env, cms, cm(json!({"generateName": "fine-"}))).await);
+    invalid(
+        &post(&env, cms, cm(json!({"name": "cm2", "labels": {"a": "not valid!"}}))).await,
+        "ConfigMap \"cm2\" is invalid: metadata.labels: Invalid value: \"not valid!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+    );
+    invalid(
+        &post(&env, cms, cm(json!({"name": "cm3", "labels": {"bad key!": "v"}}))).await,
+        "ConfigMap \"cm3\" is invalid: metadata.labels: Invalid value: \"bad key!\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+    );
+}
+
+/// PodDisruptionBudgets, Leases and events.k8s.io Events are validated.
+async fn budgets_leases_and_events_are_validated(ground: Ground) {
+    let env = env_on!(ground, "fid-pdb", false);
+    let pdbs = "/apis/policy/v1/namespaces/NS/poddisruptionbudgets";
+    let pdb = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["selector"] = json!({"matchLabels": {"a": "b"}});
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name}, "spec": spec})
+    };
+    let a = post(
+        &env,
+        pdbs,
+        pdb("b1", json!({"minAvailable": 1, "maxUnavailable": 1})),
+    )
+    .await;
+    assert_eq!((a.code, a.reason.as_str()), (422, "Invalid"), "{a:?}");
+    assert!(
+        a.message
+            .starts_with("PodDisruptionBudget.policy \"b1\" is invalid: spec: Invalid value: ")
+            && a.message
+                .ends_with(": minAvailable and maxUnavailable cannot be both set"),
+        "{a:?}"
+    );
+    invalid(
+        &post(&env, pdbs, pdb("b2", json!({"minAvailable": -1}))).await,
+        "PodDisruptionBudget.policy \"b2\" is invalid: spec.minAvailable: Invalid value: -1: must be greater than or equal to 0",
+    );
+    invalid(
+        &post(&env, pdbs, pdb("b3", json!({"maxUnavailable": "150%"}))).await,
+        "PodDisruptionBudget.policy \"b3\" is invalid: spec.maxUnavailable: Invalid value: \"150%\": must not be greater than 100%",
+    );
+    ok(&post(&env, pdbs, pdb("b4", json!({"maxUnavailable": 1}))).await);
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "l1"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 0}});
+    invalid(
+        &post(&env, "/apis/coordination.k8s.io/v1/namespaces/NS/leases", lease).await,
+        "Lease.coordination.k8s.io \"l1\" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0",
+    );
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "e1"}, "reason": "R", "action": "A", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "x", "namespace": env.namespace}});
+    invalid(
+        &post(&env, "/apis/events.k8s.io/v1/namespaces/NS/events", event).await,
+        "Event \"e1\" is invalid: eventTime: Required value",
+    );
+}
+
+on_both_grounds!(
+    statefulset_spec_is_immutable_but_for_a_few_fields,
+    pod_spec_updates_change_only_images,
+    binding_a_bound_pod_or_another_name_is_refused,
+    a_custom_resource_put_needs_a_resource_version,
+    immutable_config_maps_and_secrets_stay,
+    a_service_keeps_its_cluster_ip,
+    names_and_labels_are_validated,
+    budgets_leases_and_events_are_validated,
+);
