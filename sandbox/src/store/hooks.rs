@@ -201,6 +201,7 @@ fn spec_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(obj, &["spec", "schedulerName"], json!("default-scheduler"));
             set_default(obj, &["spec", "serviceAccountName"], json!("default"));
         }
+        ("", "secrets") => set_default(obj, &["type"], json!("Opaque")),
         ("", "services") => {
             set_default(obj, &["spec", "type"], json!("ClusterIP"));
             set_default(obj, &["spec", "sessionAffinity"], json!("None"));
@@ -288,6 +289,23 @@ mod tests {
         assert_eq!(
             s,
             json!({"data": {"a": "Yg==", "user.toml": "cG9ydCA9IDE="}})
+        );
+    }
+
+    #[test]
+    fn a_secret_without_a_type_is_opaque_on_create_and_on_update() {
+        let registry = crate::registry::Registry::default();
+        let rt = registry
+            .find("", "v1", "secrets")
+            .expect("secrets are served");
+        let mut created = json!({"metadata": {"name": "s"}, "data": {}});
+        spec_defaults(rt, &mut created);
+        let mut updated = json!({"metadata": {"name": "s"}, "data": {"a": "Yg=="}});
+        spec_defaults(rt, &mut updated);
+        assert_eq!(created["type"], "Opaque");
+        assert_eq!(
+            updated["type"], created["type"],
+            "so the immutable type does not change"
         );
     }
 
