@@ -9,28 +9,6 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-/// The transitions the lifecycle machine declares (`machine/src/lib.rs`), so that every
-/// `phase_transitions_total{from,to}` series and every `phase_duration_seconds{phase}` series of
-/// a phase that can be left exists at 0 from the start. A pair missing here is still counted:
-/// its series then appears on first use.
-pub const DECLARED_TRANSITIONS: [(Phase, Phase); 15] = [
-    (Phase::Pending, Phase::ConfigMapReady),
-    (Phase::ConfigMapReady, Phase::KeyReady),
-    (Phase::KeyReady, Phase::Deploying),
-    (Phase::Deploying, Phase::LeaderElected),
-    (Phase::Deploying, Phase::Ready),
-    (Phase::LeaderElected, Phase::Ready),
-    (Phase::Updating, Phase::Ready),
-    (Phase::Ready, Phase::Updating),
-    (Phase::Pending, Phase::Terminating),
-    (Phase::ConfigMapReady, Phase::Terminating),
-    (Phase::KeyReady, Phase::Terminating),
-    (Phase::Deploying, Phase::Terminating),
-    (Phase::LeaderElected, Phase::Terminating),
-    (Phase::Ready, Phase::Terminating),
-    (Phase::Updating, Phase::Terminating),
-];
-
 /// The values of the `result` label of `reconciles_total`.
 pub const RESULTS: [&str; 2] = ["success", "error"];
 
@@ -147,7 +125,7 @@ impl Metrics {
         for result in RESULTS {
             reconciles.with_label_values(&[result]).inc_by(0);
         }
-        for (from, to) in DECLARED_TRANSITIONS {
+        for (from, to) in habitat_machine::TRANSITIONS {
             transitions
                 .with_label_values(&[from.as_str(), to.as_str()])
                 .inc_by(0);
@@ -314,7 +292,7 @@ mod tests {
                 "habitat_operator_reconcile_errors_total{{reason=\"{category}\"}} 0"
             )));
         }
-        for (from, to) in DECLARED_TRANSITIONS {
+        for (from, to) in habitat_machine::TRANSITIONS {
             assert!(text.contains(&format!(
                 "habitat_operator_phase_transitions_total{{from=\"{from}\",to=\"{to}\"}} 0"
             )));

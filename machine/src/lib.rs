@@ -83,6 +83,27 @@ pub mod lifecycle {
     pub use self::Lifecycle::*;
 }
 
+/// Every transition [`lifecycle`] declares, as (from, to) phases, for code that must name them
+/// all (the metrics start a series at 0 for each). The machine's tests check that [`decide`]
+/// takes no other edge and that every one of these is reached.
+pub const TRANSITIONS: [(Phase, Phase); 15] = [
+    (Phase::Pending, Phase::ConfigMapReady),
+    (Phase::ConfigMapReady, Phase::KeyReady),
+    (Phase::KeyReady, Phase::Deploying),
+    (Phase::Deploying, Phase::LeaderElected),
+    (Phase::Deploying, Phase::Ready),
+    (Phase::LeaderElected, Phase::Ready),
+    (Phase::Updating, Phase::Ready),
+    (Phase::Ready, Phase::Updating),
+    (Phase::Pending, Phase::Terminating),
+    (Phase::ConfigMapReady, Phase::Terminating),
+    (Phase::KeyReady, Phase::Terminating),
+    (Phase::Deploying, Phase::Terminating),
+    (Phase::LeaderElected, Phase::Terminating),
+    (Phase::Ready, Phase::Terminating),
+    (Phase::Updating, Phase::Terminating),
+];
+
 /// The machine resumed in a persisted phase, ready to take one transition.
 pub fn resume(phase: Phase) -> lifecycle::Variant {
     use lifecycle::*;

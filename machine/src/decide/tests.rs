@@ -25,17 +25,6 @@ fn leader() -> Facts {
     }
 }
 
-const EDGES: &[(Phase, Phase)] = &[
-    (Phase::Pending, Phase::ConfigMapReady),
-    (Phase::ConfigMapReady, Phase::KeyReady),
-    (Phase::KeyReady, Phase::Deploying),
-    (Phase::Deploying, Phase::LeaderElected),
-    (Phase::Deploying, Phase::Ready),
-    (Phase::LeaderElected, Phase::Ready),
-    (Phase::Updating, Phase::Ready),
-    (Phase::Ready, Phase::Updating),
-];
-
 #[test]
 fn pending_becomes_config_map_ready_once_the_peer_config_exists() {
     let d = decide(Phase::Pending, &settled());
@@ -329,7 +318,8 @@ fn all_facts() -> impl Iterator<Item = Facts> {
 }
 
 #[test]
-fn decide_is_total_and_only_takes_declared_edges() {
+fn decide_is_total_and_takes_exactly_the_declared_edges() {
+    let mut taken = std::collections::HashSet::new();
     for p in Phase::ALL {
         for f in all_facts() {
             let d = decide(p, &f);
@@ -337,8 +327,9 @@ fn decide_is_total_and_only_takes_declared_edges() {
                 assert_ne!(d.step, Step::Advance, "{p} {f:?}");
                 continue;
             }
-            let declared = EDGES.contains(&(p, d.phase)) || d.phase == Phase::Terminating;
+            let declared = crate::TRANSITIONS.contains(&(p, d.phase));
             assert!(declared, "undeclared edge {p} -> {} for {f:?}", d.phase);
+            taken.insert((p, d.phase));
             let expected = if d.phase == Phase::Terminating {
                 Step::Cleanup
             } else {
@@ -346,6 +337,12 @@ fn decide_is_total_and_only_takes_declared_edges() {
             };
             assert_eq!(d.step, expected, "{p} -> {}", d.phase);
         }
+    }
+    for edge in crate::TRANSITIONS {
+        assert!(
+            taken.contains(&edge),
+            "TRANSITIONS names {edge:?}, which decide never takes"
+        );
     }
 }
 
