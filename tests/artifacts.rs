@@ -93,10 +93,12 @@ fn the_cluster_role_grants_what_the_operator_uses() {
             "the ClusterRole does not allow {v} on {g}/{r}"
         );
     }
-    assert!(
-        !allowed("", "secrets", "delete"),
-        "the operator must never delete Secrets"
-    );
+    for verb in ["update", "patch", "delete", "deletecollection", "*"] {
+        assert!(
+            !allowed("", "secrets", verb),
+            "the operator must never {verb} Secrets"
+        );
+    }
     assert!(
         !allowed("", "persistentvolumeclaims", "delete"),
         "the operator must never delete claims"

@@ -77,17 +77,7 @@ async fn the_operator_as_the_service_account_of_deploy_is_never_denied_and_uses_
         &support::root().join("deploy/base/leader-election.yaml"),
         "Role",
     ));
-    // The one grant no request of the operator's uses: the admission plugin
-    // OwnerReferencesPermissionEnforcement (on in this control plane, as on OpenShift) checks
-    // it whenever the operator sets blockOwnerDeletion on an owner reference to a Habitat.
-    let by_admission: BTreeSet<Rule> = [("habitat.sh", "habitats/finalizers", "update")]
-        .into_iter()
-        .map(Rule::from)
-        .collect();
-    let unused: Vec<&Rule> = granted
-        .iter()
-        .filter(|r| !used.contains_key(*r) && !by_admission.contains(*r))
-        .collect();
+    let unused: Vec<&Rule> = granted.iter().filter(|r| !used.contains_key(*r)).collect();
     let secret_writes: Vec<String> = ours
         .iter()
         .filter(|e| e["objectRef"]["resource"] == "secrets")
@@ -285,25 +275,19 @@ async fn the_namespaced_overlay_installs_and_its_operator_is_never_denied() {
         support::control_plane::token_kubeconfig(cp.url(), &cp.ca(), "namespaced", &token),
     )
     .expect("write kubeconfig");
-    let (_, can, _) = {
-        let out = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args([
-                "auth",
-                "can-i",
-                "list",
-                "statefulsets.apps",
-                "--all-namespaces",
-            ])
-            .output()
-            .expect("kubectl");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            (),
-        )
-    };
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "auth",
+            "can-i",
+            "list",
+            "statefulsets.apps",
+            "--all-namespaces",
+        ])
+        .output()
+        .expect("kubectl");
+    let can = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         can.trim(),
         "no",
@@ -474,6 +458,14 @@ async fn kubectl_apply_k_deploy_installs_the_base() {
         context.contains(r#""readOnlyRootFilesystem":true"#),
         "{context}"
     );
+    // The namespaced overlay as the README has it, into the namespace that now exists.
+    let namespaced = support::root().join("deploy/namespaced");
+    kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-k",
+        namespaced.to_str().expect("UTF-8"),
+    ]);
     // A pod of the Deployment's template passes the "restricted" Pod Security Standard of the
     // API server's PodSecurity admission.
     kubectl(&[

@@ -327,8 +327,8 @@ fn launch(
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
-            // As OpenShift does: setting blockOwnerDeletion on an owner reference requires the
-            // right to update the owner's finalizers (habitats/finalizers in deploy/).
+            // As OpenShift does: setting blockOwnerDeletion on an owner reference would require
+            // the right to update the owner's finalizers, which deploy/ does not grant.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
             format!("--audit-policy-file={}", path("audit-policy.yaml")),
             format!("--audit-log-path={}", path("audit.log")),
