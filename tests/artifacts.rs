@@ -1,5 +1,6 @@
-//! Generated and shipped artifacts stay in step with the code: the CRD, its copy in the Helm
-//! chart, and the deployment manifests' RBAC.
+//! Generated and shipped artifacts stay in step with the code: the CRD, its copies in the Helm
+//! chart and the kustomize base, the deployment manifests' RBAC, and the security settings of
+//! the rendered kustomize manifests.
 
 use std::process::Command;
 
@@ -37,6 +38,15 @@ fn the_helm_chart_ships_the_same_crd() {
     );
 }
 
+#[test]
+fn the_kustomize_base_ships_the_same_crd() {
+    let base = std::fs::read_to_string(root().join("deploy/base/crd.yaml")).expect("base CRD");
+    assert!(
+        base == crd_output(),
+        "copy crds/habitat.yaml to deploy/base/crd.yaml"
+    );
+}
+
 fn documents(path: &str) -> Vec<serde_yaml::Value> {
     let text = std::fs::read_to_string(root().join(path)).expect("manifest");
     serde_yaml::Deserializer::from_str(&text)
@@ -46,7 +56,7 @@ fn documents(path: &str) -> Vec<serde_yaml::Value> {
 
 #[test]
 fn the_cluster_role_grants_what_the_operator_uses() {
-    let docs = documents("deploy/habitat-operator.yaml");
+    let docs = documents("deploy/base/cluster-role.yaml");
     let role = docs
         .iter()
         .find(|d| d["kind"] == "ClusterRole")
@@ -83,12 +93,168 @@ fn the_cluster_role_grants_what_the_operator_uses() {
             "the ClusterRole does not allow {v} on {g}/{r}"
         );
     }
-    assert!(
-        !allowed("", "secrets", "delete"),
-        "the operator must never delete Secrets"
-    );
+    for verb in ["update", "patch", "delete", "deletecollection", "*"] {
+        assert!(
+            !allowed("", "secrets", verb),
+            "the operator must never {verb} Secrets"
+        );
+    }
     assert!(
         !allowed("", "persistentvolumeclaims", "delete"),
         "the operator must never delete claims"
+    );
+}
+
+#[test]
+fn the_namespaced_role_has_the_rules_of_the_cluster_role() {
+    let rules = |path: &str, kind: &str| {
+        documents(path)
+            .into_iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("a {kind} in {path}"))["rules"]
+            .clone()
+    };
+    assert_eq!(
+        rules("deploy/namespaced/role.yaml", "Role"),
+        rules("deploy/base/cluster-role.yaml", "ClusterRole"),
+        "deploy/namespaced/role.yaml must grant what deploy/base/cluster-role.yaml grants"
+    );
+}
+
+/// `kubectl kustomize DIR`, parsed; None (a skip) without kubectl unless it is required.
+fn kustomize(dir: &str) -> Option<Vec<serde_yaml::Value>> {
+    let out = match Command::new("kubectl")
+        .args(["kustomize", root().join(dir).to_str().expect("UTF-8 path")])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(
+                std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+                "kubectl is required: {e}"
+            );
+            eprintln!("skipped: no kubectl");
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    Some(
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+            .collect(),
+    )
+}
+
+fn kinds(docs: &[serde_yaml::Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// The pod runs as non-root on a read-only root filesystem, without capabilities or privilege
+/// escalation, under the runtime's default seccomp profile.
+fn assert_hardened(dir: &str, docs: &[serde_yaml::Value]) {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("{dir}: a Deployment"));
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{dir}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "{dir}"
+    );
+    assert!(
+        pod["securityContext"]["runAsUser"]
+            .as_u64()
+            .is_some_and(|u| u > 0),
+        "{dir}: runAsUser must be a non-root UID"
+    );
+    assert_eq!(pod["hostNetwork"], serde_yaml::Value::Null, "{dir}");
+    let containers = pod["containers"].as_sequence().expect("containers");
+    assert!(!containers.is_empty());
+    for c in containers {
+        let sc = &c["securityContext"];
+        let name = c["name"].as_str().unwrap_or_default();
+        assert_eq!(sc["runAsNonRoot"], true, "{dir}: {name}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{dir}: {name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{dir}: {name}");
+        assert_eq!(sc["privileged"], serde_yaml::Value::Null, "{dir}: {name}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_yaml::Value::Sequence(vec!["ALL".into()]),
+            "{dir}: {name}"
+        );
+        assert_eq!(
+            sc["capabilities"]["add"],
+            serde_yaml::Value::Null,
+            "{dir}: {name}"
+        );
+        assert_eq!(
+            sc["seccompProfile"]["type"], "RuntimeDefault",
+            "{dir}: {name}"
+        );
+    }
+}
+
+#[test]
+fn the_cluster_wide_kustomization_renders_the_base_hardened() {
+    let Some(docs) = kustomize("deploy") else {
+        return;
+    };
+    assert_eq!(
+        kinds(&docs),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Namespace",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    assert_hardened("deploy", &docs);
+}
+
+#[test]
+fn the_namespaced_overlay_has_no_cluster_scoped_object_and_watches_its_namespace() {
+    let Some(docs) = kustomize("deploy/namespaced") else {
+        return;
+    };
+    assert_eq!(
+        kinds(&docs),
+        [
+            "Deployment",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    assert!(docs
+        .iter()
+        .all(|d| d["metadata"]["namespace"] == "habitat-operator"));
+    assert_hardened("deploy/namespaced", &docs);
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_sequence()
+            .into_iter()
+            .flatten()
+            .any(|a| a == "--namespace=$(POD_NAMESPACE)"),
+        "{args:?}"
     );
 }

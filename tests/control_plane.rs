@@ -1,6 +1,6 @@
 //! The real control plane from `$KUBEBUILDER_ASSETS` (etcd, kube-apiserver,
 //! kube-controller-manager): it starts, its two kubeconfigs work for kube's client and for
-//! `kubectl`, the operator's user has exactly the operator's RBAC, and the CRDs install.
+//! `kubectl`, the operator is the ServiceAccount of deploy/ with exactly its RBAC, and the CRDs install.
 
 #[macro_use]
 mod support;
@@ -116,7 +116,7 @@ async fn the_control_plane_starts_and_the_operator_user_is_not_admin() {
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .any(|e| {
-            e["user"]["username"] == "habitat-operator"
+            e["user"]["username"] == support::control_plane::OPERATOR_USER
                 && e["verb"] == "delete"
                 && e["objectRef"]["resource"] == "secrets"
                 && e["responseStatus"]["code"] == 403
@@ -136,18 +136,33 @@ async fn the_control_plane_starts_and_the_operator_user_is_not_admin() {
         &["auth", "can-i", "delete", "secrets", "-n", "default"],
     );
     assert_eq!(can.trim(), "no");
-    let (_, can, _) = kubectl(
+    // Leases only where deploy/ grants them: the operator's own namespace.
+    let can_update_leases = |ns: &str| {
+        let (_, can, _) = kubectl(
+            cp.operator_kubeconfig(),
+            &[
+                "auth",
+                "can-i",
+                "update",
+                "leases.coordination.k8s.io",
+                "-n",
+                ns,
+            ],
+        );
+        can.trim().to_string()
+    };
+    assert_eq!(can_update_leases("habitat-operator"), "yes");
+    assert_eq!(can_update_leases("any-namespace"), "no");
+    let (_, who, _) = kubectl(
         cp.operator_kubeconfig(),
         &[
             "auth",
-            "can-i",
-            "update",
-            "leases.coordination.k8s.io",
-            "-n",
-            "any-namespace",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
         ],
     );
-    assert_eq!(can.trim(), "yes");
+    assert_eq!(who.trim(), support::control_plane::OPERATOR_USER);
 }
 
 #[tokio::test]

@@ -60,8 +60,9 @@ impl ControlPlane {
         &self.admin_kubeconfig
     }
 
-    /// A kubeconfig for the token user `habitat-operator`, bound to the ClusterRole from
-    /// `deploy/habitat-operator.yaml` (plus Leases everywhere), not in `system:masters`.
+    /// A kubeconfig for the ServiceAccount `habitat-operator/habitat-operator` of `deploy/`
+    /// ([`OPERATOR_USER`]), with a token from the TokenRequest API: bound by the ClusterRole and
+    /// the leader-election Role of `deploy/base` and nothing else.
     pub fn operator_kubeconfig(&self) -> &Path {
         &self.operator_kubeconfig
     }
@@ -69,6 +70,11 @@ impl ControlPlane {
     /// The temporary directory: each process's log, `audit.log`, etcd's data, certificates.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The certificate the API server serves (for kubeconfigs of its own).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("certs").join("apiserver.crt")
     }
 
     /// The API server's audit log (level Metadata, one JSON event a line).
@@ -264,13 +270,12 @@ fn launch(
     let url = format!("https://127.0.0.1:{api_port}");
     let path = |name: &str| dir.join(name).display().to_string();
 
-    let (admin, operator, kcm) = (token(), token(), token());
+    let (admin, kcm) = (token(), token());
     write(
         &dir.join("tokens.csv"),
         &format!(
             "{admin},habitat-test-admin,habitat-test-admin,\"system:masters\"\n\
-             {kcm},system:kube-controller-manager,system:kube-controller-manager,\"system:masters\"\n\
-             {operator},habitat-operator,habitat-operator\n"
+             {kcm},system:kube-controller-manager,system:kube-controller-manager,\"system:masters\"\n"
         ),
     )?;
     write(
@@ -322,6 +327,9 @@ fn launch(
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
+            // As OpenShift does: setting blockOwnerDeletion on an owner reference would require
+            // the right to update the owner's finalizers, which deploy/ does not grant.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
             format!("--audit-policy-file={}", path("audit-policy.yaml")),
             format!("--audit-log-path={}", path("audit.log")),
             "--audit-log-format=json".into(),
@@ -332,7 +340,6 @@ fn launch(
     let ca = dir.join("certs").join("apiserver.crt");
     let kubeconfigs = [
         ("admin.kubeconfig", "habitat-test-admin", &admin),
-        ("operator.kubeconfig", "habitat-operator", &operator),
         ("kcm.kubeconfig", "system:kube-controller-manager", &kcm),
     ];
     for (file, user, token) in kubeconfigs {
@@ -385,7 +392,11 @@ fn launch(
             })
             .await?;
         }
-        rbac(&admin).await?;
+        let operator = rbac(&admin).await?;
+        write(
+            &dir.join("operator.kubeconfig"),
+            &kubeconfig(&url, &ca, "habitat-operator", &operator),
+        )?;
 
         // Its self-signed serving certificate, too, is written before its port opens.
         let kcm_ca = kcm_certs.join("kube-controller-manager.crt");
@@ -513,52 +524,155 @@ async fn client(kubeconfig: &Path) -> Result<Client, String> {
     Client::try_from(config).map_err(|e| format!("client: {e}"))
 }
 
-/// The operator's ClusterRole from `deploy/habitat-operator.yaml`, bound to the user
-/// `habitat-operator`, and a test-only grant of Leases in every namespace (the tests run leader
-/// election in temporary namespaces).
-async fn rbac(client: &Client) -> Result<(), String> {
+/// The namespace and ServiceAccount of the operator in `deploy/`.
+pub const OPERATOR_NAMESPACE: &str = "habitat-operator";
+pub const OPERATOR_SERVICE_ACCOUNT: &str = "habitat-operator";
+/// The operator's user name, as the API server (and its audit log) knows it.
+pub const OPERATOR_USER: &str = "system:serviceaccount:habitat-operator:habitat-operator";
+
+/// The documents of the files that `deploy/base/kustomization.yaml` lists.
+pub fn base_documents() -> Result<Vec<serde_yaml::Value>, String> {
     use serde::Deserialize;
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/habitat-operator.yaml");
-    let text = std::fs::read_to_string(&manifest)
-        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
-    let role = serde_yaml::Deserializer::from_str(&text)
-        .filter_map(|doc| serde_yaml::Value::deserialize(doc).ok())
-        .find(|doc| doc["kind"] == "ClusterRole")
-        .ok_or_else(|| format!("no ClusterRole in {}", manifest.display()))?;
-    let role: ClusterRole =
-        serde_yaml::from_value(role).map_err(|e| format!("the ClusterRole: {e}"))?;
-    let leases: ClusterRole = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "habitat-operator-test-leases"},
-        "rules": [{
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
-        }],
-    }))
-    .map_err(|e| e.to_string())?;
-    let pp = PatchParams::apply("habitat-tests").force();
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-    for role in [role, leases] {
-        let name = role.metadata.name.clone().unwrap_or_default();
-        roles
-            .patch(&name, &pp, &Patch::Apply(&role))
-            .await
-            .map_err(|e| format!("applying ClusterRole {name}: {e}"))?;
-        let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "habitat-operator"}],
-        }))
-        .map_err(|e| e.to_string())?;
-        bindings
-            .patch(&name, &pp, &Patch::Apply(&binding))
-            .await
-            .map_err(|e| format!("applying ClusterRoleBinding {name}: {e}"))?;
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
+    let read = |name: &str| {
+        let path = base.join(name);
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+    };
+    let kustomization: serde_yaml::Value = serde_yaml::from_str(&read("kustomization.yaml")?)
+        .map_err(|e| format!("deploy/base/kustomization.yaml: {e}"))?;
+    let mut docs = Vec::new();
+    for file in kustomization["resources"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        let file = file.as_str().unwrap_or_default();
+        let text = read(file)?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            docs.push(
+                serde_yaml::Value::deserialize(doc)
+                    .map_err(|e| format!("deploy/base/{file}: {e}"))?,
+            );
+        }
     }
-    Ok(())
+    Ok(docs)
+}
+
+/// The one document of `kind` in `docs`, deserialized.
+fn one<K: serde::de::DeserializeOwned>(
+    docs: &[serde_yaml::Value],
+    kind: &str,
+) -> Result<K, String> {
+    let doc = docs
+        .iter()
+        .find(|d| d["kind"] == kind)
+        .ok_or_else(|| format!("no {kind} in deploy/base"))?;
+    serde_yaml::from_value(doc.clone()).map_err(|e| format!("the {kind} of deploy/base: {e}"))
+}
+
+/// What `deploy/` installs for the operator's identity and rights, exactly as written there: the
+/// namespace, the ServiceAccount, the ClusterRole and its binding, the leader-election Role and
+/// its binding. Then a token of the ServiceAccount from the TokenRequest API, which the
+/// operator's kubeconfig carries: the operator is authenticated as that ServiceAccount and bound
+/// by nothing but the RBAC of `deploy/`.
+async fn rbac(client: &Client) -> Result<String, String> {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let docs = base_documents()?;
+    let pp = PatchParams::apply("habitat-tests").force();
+    let namespace: Namespace = one(&docs, "Namespace")?;
+    let account: ServiceAccount = one(&docs, "ServiceAccount")?;
+    let role: ClusterRole = one(&docs, "ClusterRole")?;
+    let binding: ClusterRoleBinding = one(&docs, "ClusterRoleBinding")?;
+    let lease_role: Role = one(&docs, "Role")?;
+    let lease_binding: RoleBinding = one(&docs, "RoleBinding")?;
+    let ns = OPERATOR_NAMESPACE;
+    macro_rules! apply {
+        ($api:expr, $obj:expr) => {{
+            let name = $obj.metadata.name.clone().unwrap_or_default();
+            $api.patch(&name, &pp, &Patch::Apply(&$obj))
+                .await
+                .map_err(|e| format!("applying {name} from deploy/base: {e}"))?;
+        }};
+    }
+    apply!(Api::<Namespace>::all(client.clone()), namespace);
+    apply!(
+        Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        account
+    );
+    apply!(Api::<ClusterRole>::all(client.clone()), role);
+    apply!(Api::<ClusterRoleBinding>::all(client.clone()), binding);
+    apply!(Api::<Role>::namespaced(client.clone(), ns), lease_role);
+    apply!(
+        Api::<RoleBinding>::namespaced(client.clone(), ns),
+        lease_binding
+    );
+    service_account_token(client, ns, OPERATOR_SERVICE_ACCOUNT).await
+}
+
+/// A token of the ServiceAccount `namespace/name` from the TokenRequest API (POST
+/// serviceaccounts/NAME/token), valid for a day: longer than any test binary runs.
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(24 * 3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let api = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    // The ServiceAccount was just created; the token endpoint may not find it at once.
+    let mut attempts = 0;
+    loop {
+        match api
+            .create_token_request(name, &kube::api::PostParams::default(), &request)
+            .await
+        {
+            Ok(t) => {
+                return t
+                    .status
+                    .map(|s| s.token)
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| format!("the TokenRequest of {namespace}/{name} has no token"))
+            }
+            Err(e) if attempts < 50 => {
+                attempts += 1;
+                if attempts == 50 {
+                    return Err(format!("TokenRequest of {namespace}/{name}: {e}"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("TokenRequest of {namespace}/{name}: {e}")),
+        }
+    }
+}
+
+/// The leader-election Role and RoleBinding of `deploy/base`, moved to `namespace` (the subject
+/// stays the operator's ServiceAccount): the tests elect a leader in their own namespaces, so
+/// that parallel tests do not share one Lease. The same three verbs on Leases, in one namespace.
+pub fn leader_election_rbac_in(namespace: &str) -> Result<String, String> {
+    let docs = base_documents()?;
+    let mut out = String::new();
+    for kind in ["Role", "RoleBinding"] {
+        let mut doc = docs
+            .iter()
+            .find(|d| d["kind"] == kind)
+            .cloned()
+            .ok_or_else(|| format!("no {kind} in deploy/base"))?;
+        doc["metadata"]["namespace"] = namespace.into();
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&doc).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// A kubeconfig for `token`, on the control plane at `url` (whose certificate is `ca`).
+pub fn token_kubeconfig(url: &str, ca: &Path, user: &str, token: &str) -> String {
+    kubeconfig(url, ca, user, token)
 }

@@ -133,8 +133,9 @@ fn install_crd_once(kubeconfig: &Path) {
 pub struct Env {
     /// The kubeconfig of the test driver (kubectl and assertions).
     pub kubeconfig: PathBuf,
-    /// The kubeconfig the operator runs with (on the real control plane, a user bound only by
-    /// the RBAC of `deploy/`).
+    /// The kubeconfig the operator runs with (on the real control plane, the ServiceAccount of
+    /// `deploy/`, bound only by its RBAC; its leader-election Role is also granted in the test
+    /// namespace, where the tests' Leases are).
     pub operator_kubeconfig: PathBuf,
     /// The ground.
     pub ground: Ground,
@@ -252,6 +253,10 @@ impl Env {
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
         ));
         if ground == Ground::Real && std::env::var_os("HABITAT_E2E_KUBECONFIG").is_none() {
+            env.apply_yaml(
+                &control_plane::leader_election_rbac_in(&namespace)
+                    .expect("the leader-election RBAC of deploy/base"),
+            );
             env.start_nodes();
         }
         if operator {
