@@ -6,7 +6,7 @@ mod sandbox_cmd;
 use clap::Parser;
 use habitat_operator::api::Habitat;
 use habitat_operator::cli::{Cli, Command};
-use habitat_operator::{runner, telemetry};
+use habitat_operator::{convert, runner, telemetry};
 use kube::CustomResourceExt;
 
 #[tokio::main]
@@ -27,6 +27,7 @@ async fn main() -> std::process::ExitCode {
                 Err(e) => Err(e.to_string()),
             }
         }
+        Command::Convert(args) => convert::run(&args.filename),
         Command::Sandbox(args) => {
             telemetry::init(&args.log_level, args.log_format);
             sandbox_cmd::run(args).await
