@@ -54,8 +54,9 @@ status:
 /// What the original operator made for it (pkg/controller/v1beta2: a StatefulSet named after
 /// the Habitat, selector `habitat-name`, claim template `persistent`, the shared
 /// `peer-watch-file` ConfigMap), and the user's ring key Secret. The ownerReferences to the
-/// old Habitat are gone: deleting it with `--cascade=orphan` removed them.
-fn old_objects() -> String {
+/// old Habitat are `owner` (a YAML line of `metadata`, or nothing once the old Habitat was
+/// deleted with `--cascade=orphan`).
+fn old_objects(owner: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Secret
@@ -70,7 +71,8 @@ apiVersion: v1
 kind: ConfigMap
 metadata:
   name: peer-watch-file
-  labels: {{habitat: "true", habitat-name: redis}}
+  labels: {{habitat: "true"}}
+  {owner}
 data:
   peer-watch-file: 10.0.0.7
 ---
@@ -79,6 +81,7 @@ kind: StatefulSet
 metadata:
   name: redis
   labels: {{habitat: "true", habitat-name: redis}}
+  {owner}
 spec:
   replicas: 3
   selector:
@@ -116,6 +119,40 @@ spec:
         resources: {{requests: {{storage: 1Gi}}}}
 "#
     )
+}
+
+/// The original operator's CRD (examples/crd.yml, `apiextensions.k8s.io/v1beta1`, no schema),
+/// as `apiextensions.k8s.io/v1` must say it now.
+const OLD_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: habitats.habitat.sh
+spec:
+  group: habitat.sh
+  scope: Namespaced
+  names: {plural: habitats, singular: habitat, kind: Habitat, shortNames: [hab]}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// Runs kubectl without a namespace; panics when it fails.
+fn kubectl_cluster(env: &support::Env, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A PersistentVolume pre-bound to `persistent-redis-0` of `ns`, so that claim is Bound (the
@@ -173,15 +210,58 @@ async fn a_running_service_of_the_original_operator_moves_over_with_its_key_and_
     ground: Ground,
 ) {
     require_kubectl!();
-    let mut env = env_on!(ground, "migrate");
+    let mut env = env_on!(ground, "migrate", false);
     let ns = env.namespace.clone();
     let t = support::timeout(&env);
+    // On the test's own control plane, the whole way: the original CRD and a v1beta1 Habitat
+    // owning its StatefulSet and ConfigMap, the orphaning delete, the CRD swap. Elsewhere (the
+    // sandbox, a cluster of HABITAT_E2E_KUBECONFIG) the world after those steps is made as it is.
+    let swap_crd = env.is_real() && std::env::var_os("HABITAT_E2E_KUBECONFIG").is_none();
 
     // The old world, running.
     if env.is_real() {
         env.apply_yaml(&volume(&ns));
     }
-    env.apply_yaml(&old_objects());
+    let mut old_yaml = old_habitat(&ns);
+    if swap_crd {
+        kubectl_cluster(
+            &env,
+            &["delete", "crd", "habitats.habitat.sh", "--wait=true"],
+        );
+        env.apply_yaml(OLD_CRD);
+        kubectl_cluster(
+            &env,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/habitats.habitat.sh",
+            ],
+        );
+        let mut create = old_yaml.clone();
+        for server_set in [
+            "  uid: 5a3c1c6e-1111-2222-3333-444455556666\n",
+            "  resourceVersion: \"1234\"\n",
+        ] {
+            create = create.replace(server_set, "");
+        }
+        env.apply_yaml(&create);
+        let uid = env.kubectl_ok(&[
+            "get",
+            "habitats.v1beta1.habitat.sh",
+            "redis",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ]);
+        let owner = format!(
+            "ownerReferences: [{{apiVersion: habitat.sh/v1beta1, kind: Habitat, name: redis, uid: {uid}}}]"
+        );
+        env.apply_yaml(&old_objects(&owner));
+        // Step 1 of docs/migrating.md: the export is what gets converted.
+        old_yaml = env.kubectl_ok(&["get", "habitats.v1beta1.habitat.sh", "-o", "yaml"]);
+    } else {
+        env.apply_yaml(&old_objects(""));
+    }
     let pvcs = &env.api::<PersistentVolumeClaim>();
     let e = &env;
     wait_for(t, "the old StatefulSet's claims", || async move {
@@ -212,8 +292,59 @@ async fn a_running_service_of_the_original_operator_moves_over_with_its_key_and_
     let secret_before = env.api::<Secret>().get(RING).await.expect("ring Secret");
     let claims_before = claims(&env).await;
 
+    if swap_crd {
+        // Steps 4 and 5: the old Habitat goes, orphaning what it owned; then the CRD is swapped.
+        let sts_uid = env
+            .api::<StatefulSet>()
+            .get("redis")
+            .await
+            .expect("old StatefulSet")
+            .uid();
+        env.kubectl_ok(&[
+            "delete",
+            "habitats.v1beta1.habitat.sh",
+            "redis",
+            "--cascade=orphan",
+            "--wait=true",
+        ]);
+        let e = &env;
+        wait_for(t, "the old ownerReferences to be removed", || async move {
+            let sts = e.api::<StatefulSet>().get("redis").await.ok();
+            let cm = e.api::<ConfigMap>().get("peer-watch-file").await.ok();
+            sts.is_some_and(|s| s.owner_references().is_empty())
+                && cm.is_some_and(|c| c.owner_references().is_empty())
+        })
+        .await;
+        let sts = env
+            .api::<StatefulSet>()
+            .get("redis")
+            .await
+            .expect("old StatefulSet");
+        assert_eq!(
+            sts.uid(),
+            sts_uid,
+            "the old StatefulSet must survive step 4"
+        );
+        kubectl_cluster(
+            &env,
+            &["delete", "crd", "habitats.habitat.sh", "--wait=true"],
+        );
+        let crd = support::root().join("crds/habitat.yaml");
+        kubectl_cluster(&env, &["apply", "-f", crd.to_str().unwrap_or_default()]);
+        kubectl_cluster(
+            &env,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/habitats.habitat.sh",
+            ],
+        );
+    }
+    env.start_operator();
+
     // Convert the old Habitat.
-    let (ok, new_yaml, notes) = convert(&old_habitat(&ns));
+    let (ok, new_yaml, notes) = convert(&old_yaml);
     assert!(ok, "convert failed: {notes}");
     assert!(
         notes.contains("dropped metadata.uid, metadata.resourceVersion")
