@@ -393,35 +393,5 @@ fn check(h: &Value, what: &str, out: &mut Converted) {
     }
 }
 
-/// `convert -f PATH`: reads `PATH` (`-`: standard input), writes the converted YAML to standard
-/// output and the notes and problems to standard error. Err on input that is not YAML, or when
-/// a converted Habitat breaks this operator's rules (the YAML is written all the same).
-pub fn run(path: &std::path::Path) -> Result<(), String> {
-    use std::io::Read;
-    let mut input = String::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .read_to_string(&mut input)
-            .map_err(|e| format!("cannot read standard input: {e}"))?;
-    } else {
-        input = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    }
-    let converted = convert(&input)?;
-    print!("{}", converted.yaml);
-    for note in &converted.notes {
-        eprintln!("note: {note}");
-    }
-    for problem in &converted.problems {
-        eprintln!("error: {problem}");
-    }
-    match converted.problems.len() {
-        0 => Ok(()),
-        n => Err(format!(
-            "{n} problem(s) in the converted Habitats; fix them before applying"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests;
