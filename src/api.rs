@@ -262,7 +262,27 @@ pub struct PersistentStorage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_OBJECT_NAME_LEN))]
     pub storage_class_name: Option<String>,
+    /// Name of the StatefulSet's volume claim template, so each pod's claim is
+    /// `<claimTemplateName>-<habitat>-<ordinal>`. Unset: `data`. Set it to `persistent` to
+    /// reuse the claims the original Go operator made (see docs/migrating.md). A DNS label,
+    /// at most 63 characters; fixed once the StatefulSet exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("spec.persistentStorage.claimTemplateName must be a DNS label: lower-case letters, digits and '-'"))]
+    pub claim_template_name: Option<String>,
 }
+
+impl PersistentStorage {
+    /// The claim template's name: `claimTemplateName`, else `data`.
+    pub fn claim_template(&self) -> &str {
+        self.claim_template_name
+            .as_deref()
+            .unwrap_or(DEFAULT_CLAIM_TEMPLATE)
+    }
+}
+
+/// The claim template's name when `spec.persistentStorage.claimTemplateName` is unset.
+pub const DEFAULT_CLAIM_TEMPLATE: &str = "data";
 
 /// Bounds of the strings in an embedded k8s-openapi type, whose generated schema has none: by
 /// property name, else `default`.

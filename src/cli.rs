@@ -1,4 +1,4 @@
-//! The command line: `run`, `crd`, `sandbox`. Only our own flags appear in `--help`.
+//! The command line: `run`, `crd`, `sandbox`, `convert`. Only our own flags appear in `--help`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +25,17 @@ pub enum Command {
     Crd,
     /// Start a simulated cluster on loopback, apply manifests and run the operator against it.
     Sandbox(SandboxArgs),
+    /// Convert the original operator's habitat.sh/v1beta1 Habitats to habitat.sh/v1 (YAML on
+    /// standard output, notes on standard error; see docs/migrating.md).
+    Convert(ConvertArgs),
+}
+
+/// Flags of `convert`.
+#[derive(Debug, Clone, Args)]
+pub struct ConvertArgs {
+    /// YAML file of one or more documents (`-`: standard input).
+    #[arg(short = 'f', long = "filename")]
+    pub filename: PathBuf,
 }
 
 /// Logging flags shared by the commands that run.

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod conditions;
 pub mod context;
 pub mod controller;
+pub mod convert;
 pub mod error;
 pub mod events;
 pub mod leader;

@@ -6,7 +6,7 @@ mod sandbox_cmd;
 use clap::Parser;
 use habitat_operator::api::Habitat;
 use habitat_operator::cli::{Cli, Command};
-use habitat_operator::{runner, telemetry};
+use habitat_operator::{convert, runner, telemetry};
 use kube::CustomResourceExt;
 
 #[tokio::main]
@@ -27,6 +27,7 @@ async fn main() -> std::process::ExitCode {
                 Err(e) => Err(e.to_string()),
             }
         }
+        Command::Convert(args) => convert_cmd(&args.filename),
         Command::Sandbox(args) => {
             telemetry::init(&args.log_level, args.log_format);
             sandbox_cmd::run(args).await
@@ -38,5 +39,35 @@ async fn main() -> std::process::ExitCode {
             eprintln!("habitat-operator: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// `convert -f PATH`: reads `PATH` (`-`: standard input), writes the converted YAML to standard
+/// output and the notes and problems to standard error. Err on input that is not YAML, or when
+/// a converted Habitat breaks this operator's rules (the YAML is written all the same).
+fn convert_cmd(path: &std::path::Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut input = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .read_to_string(&mut input)
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+    } else {
+        input = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    }
+    let converted = convert::convert(&input)?;
+    print!("{}", converted.yaml);
+    for note in &converted.notes {
+        eprintln!("note: {note}");
+    }
+    for problem in &converted.problems {
+        eprintln!("error: {problem}");
+    }
+    match converted.problems.len() {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} problem(s) in the converted Habitats; fix them before applying"
+        )),
     }
 }

@@ -123,6 +123,20 @@ pub fn problem(h: &Habitat) -> Option<String> {
         ) {
             return Some(p);
         }
+        if let Some(name) = &storage.claim_template_name {
+            let label = !name.is_empty()
+                && name.len() <= MAX_HAB_NAME_LEN
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !name.starts_with('-')
+                && !name.ends_with('-');
+            if !label {
+                return Some(format!(
+                    "spec.persistentStorage.claimTemplateName {name:?} must be a DNS label: lower-case letters, digits and '-'"
+                ));
+            }
+        }
     }
     None
 }
@@ -173,6 +187,16 @@ mod tests {
                 "bound twice",
             ),
             (habitat().storage("1Gi", "data"), "must be an absolute path"),
+            (
+                {
+                    let mut h = habitat().storage("1Gi", "/data");
+                    if let Some(s) = h.spec.persistent_storage.as_mut() {
+                        s.claim_template_name = Some("Persistent".into());
+                    }
+                    h
+                },
+                "spec.persistentStorage.claimTemplateName \"Persistent\"",
+            ),
         ];
         for (h, expected) in cases {
             let p = problem(&h).unwrap_or_default();

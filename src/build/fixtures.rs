@@ -86,6 +86,7 @@ impl HabitatFixture for Habitat {
             size: size.into(),
             mount_path: path.into(),
             storage_class_name: None,
+            claim_template_name: None,
         });
         self
     }

@@ -33,7 +33,6 @@ const FILES_VOLUME: &str = "files";
 const FILES_SECRET_VOLUME: &str = "files-secret";
 const FILES_SECRET_DIR: &str = "/habitat-operator/files";
 const RING_VOLUME: &str = "ring-key";
-const DATA_VOLUME: &str = "data";
 
 /// The StatefulSet of `h`. `ring_key` is the resolved ring key Secret's name, when gossip is
 /// encrypted.
@@ -76,7 +75,7 @@ pub fn statefulset(h: &Habitat, ring_key: Option<&KeyName>) -> StatefulSet {
             volume_claim_templates: h.spec.persistent_storage.as_ref().map(|s| {
                 vec![PersistentVolumeClaim {
                     metadata: ObjectMeta {
-                        name: Some(DATA_VOLUME.to_string()),
+                        name: Some(s.claim_template().to_string()),
                         ..ObjectMeta::default()
                     },
                     spec: Some(PersistentVolumeClaimSpec {
@@ -189,7 +188,12 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
         ));
     }
     if let Some(storage) = &h.spec.persistent_storage {
-        mounts.push(mount(DATA_VOLUME, &storage.mount_path, None, false));
+        mounts.push(mount(
+            storage.claim_template(),
+            &storage.mount_path,
+            None,
+            false,
+        ));
     }
     PodSpec {
         init_containers: (!init_containers.is_empty()).then_some(init_containers),

@@ -271,6 +271,23 @@ fn persistent_storage_becomes_a_claim_template_and_a_mount() {
 }
 
 #[test]
+fn a_claim_template_name_names_the_claims_and_the_mount() {
+    let mut h = habitat().storage("1Gi", "/hab/svc/redis/data");
+    if let Some(s) = h.spec.persistent_storage.as_mut() {
+        s.claim_template_name = Some("persistent".into());
+    }
+    let spec = statefulset(&h, None).spec.unwrap();
+    let claim = &spec.volume_claim_templates.unwrap()[0];
+    assert_eq!(claim.metadata.name.as_deref(), Some("persistent"));
+    assert!(mounts(&spec.template.spec.unwrap()).contains(&(
+        "persistent".into(),
+        "/hab/svc/redis/data".into(),
+        None,
+        false
+    )));
+}
+
+#[test]
 fn ports_and_readiness_probe_follow_the_supervisor() {
     let c = &pod(&habitat().group("blue"), None).containers[0];
     let ports: Vec<_> = c
