@@ -359,10 +359,8 @@ async fn a_running_service_of_the_original_operator_moves_over_with_its_key_and_
     assert!(!ok && err.contains("not YAML"), "{err}");
 
     // Applied while the old StatefulSet is there, the new Habitat cannot take it over (its
-    // selector and claim templates are immutable) and leaves it alone.
-    // The sandbox does not hold a StatefulSet's spec immutable (it would take the old one
-    // over), so there the Habitat is applied only once the old StatefulSet is gone.
-    if env.is_real() {
+    // selector and claim templates are immutable) and leaves it alone: on both grounds.
+    {
         env.apply_yaml(&new_yaml);
         let e = &env;
         wait_for(
@@ -407,9 +405,6 @@ async fn a_running_service_of_the_original_operator_moves_over_with_its_key_and_
             .is_empty()
     })
     .await;
-    if !env.is_real() {
-        env.apply_yaml(&new_yaml);
-    }
     env.wait_phase("redis", "Ready", t).await;
     env.assert_processes_running("the converted Habitat became Ready");
 
