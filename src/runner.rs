@@ -46,7 +46,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunE
             .await
             .map_err(|e| RunError::Config(e.to_string()))?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(Client::try_from(with_user_agent(config))?)
 }
 
 /// A client for the kubeconfig in `yaml` (the sandbox writes one).
@@ -92,28 +92,55 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
         run_controller.await;
         return Ok(());
     }
-    let cfg = LeaseConfig {
-        namespace: args
-            .leader_elect_namespace
+    let cfg = LeaseConfig::new(
+        args.leader_elect_namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".to_string()),
-        name: "habitat-operator".to_string(),
-        identity: std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("habitat-operator-{}", std::process::id())),
-        duration: Duration::from_secs(15),
-        retry: Duration::from_secs(2),
-    };
-    tracing::info!(identity = %cfg.identity, namespace = %cfg.namespace, "waiting for the leader lease");
+        "habitat-operator".to_string(),
+        identity(),
+    );
+    tracing::info!(identity = %cfg.identity, namespace = %cfg.namespace, "standby: waiting for the leader lease");
     lease::acquire(&client, &cfg).await;
     health.leading.store(true, Ordering::SeqCst);
     tracing::info!(identity = %cfg.identity, "acquired the leader lease");
     tokio::select! {
-        _ = run_controller => Ok(()),
+        // The controller returns on SIGTERM or SIGINT, after the reconciles under way finished:
+        // nothing writes any more, so the lease can go to a standby at once.
+        _ = run_controller => {
+            health.leading.store(false, Ordering::SeqCst);
+            let started = std::time::Instant::now();
+            match tokio::time::timeout(Duration::from_secs(5), lease::release(&client, &cfg)).await {
+                Ok(Ok(true)) => tracing::info!(identity = %cfg.identity, elapsed_ms = started.elapsed().as_millis() as u64, "released the leader lease"),
+                Ok(Ok(false)) => tracing::info!("the leader lease was no longer ours to release"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot release the leader lease; it expires by itself"),
+                Err(_) => tracing::warn!("releasing the leader lease timed out; it expires by itself"),
+            }
+            Ok(())
+        }
         _ = lease::hold(&client, &cfg) => {
             health.leading.store(false, Ordering::SeqCst);
             tracing::error!("lost the leader lease; exiting so that only one replica acts");
             std::process::exit(1);
         }
     }
+}
+
+/// This replica's identity in the Lease and in its User-Agent: `$POD_NAME`, else
+/// `habitat-operator-<pid>`.
+pub fn identity() -> String {
+    std::env::var("POD_NAME").unwrap_or_else(|_| format!("habitat-operator-{}", std::process::id()))
+}
+
+/// `habitat-operator/<version> (<identity>)`: the API server's audit log tells replicas apart.
+fn with_user_agent(mut config: Config) -> Config {
+    let agent = format!(
+        "habitat-operator/{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        identity()
+    );
+    if let Ok(value) = axum::http::HeaderValue::from_str(&agent) {
+        config.headers.push((axum::http::header::USER_AGENT, value));
+    }
+    config
 }
