@@ -5,7 +5,8 @@
 //! `.Values`/`.Release`/`.Chart`, `.Files.Get`, `toYaml`, `nindent`, `indent`, `default`,
 //! `quote`); any other construct, or a `.Values` path missing from `values.yaml`, fails the
 //! test. Then the rendered objects are checked for each set of values, and each value in
-//! `values.yaml` must be referenced by a template.
+//! `values.yaml` must be referenced by a template. `HABITAT_HELM_DUMP=1 cargo test --test helm
+//! -- --nocapture --test-threads 1` prints what was rendered.
 
 #[macro_use]
 mod support;
@@ -332,6 +333,9 @@ fn render_with(overrides: &str) -> Vec<Value> {
     let mut objects = Vec::new();
     for (name, src) in templates() {
         let out = render::template(&ctx, &src);
+        if std::env::var_os("HABITAT_HELM_DUMP").is_some() {
+            eprintln!("# Source: {name} ({overrides})\n{out}\n---");
+        }
         for doc in serde_yaml::Deserializer::from_str(&out) {
             let v = Value::deserialize(doc)
                 .unwrap_or_else(|e| panic!("{name} renders invalid YAML: {e}\n{out}"));
@@ -401,6 +405,11 @@ fn the_defaults_install_a_cluster_wide_operator_locked_down() {
     }
     let d = one(&objects, "Deployment");
     assert_eq!(d["spec"]["replicas"], 2);
+    // Only the active replica is Ready: a rollout must not wait for new pods to be Ready.
+    assert_eq!(
+        d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        "100%"
+    );
     let pod = &d["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     assert_eq!(
