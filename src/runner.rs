@@ -81,12 +81,17 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
         workers: args.workers,
         ..Settings::default()
     };
+    let signals = signals();
+    let mut stop = signals.clone();
     let run_controller = controller::run(
         client.clone(),
         settings,
         metrics,
         health.habitats.clone(),
         health.synced.clone(),
+        async move {
+            let _ = stop.wait_for(|n| *n >= 1).await;
+        },
     );
     if !args.leader_elect {
         run_controller.await;
@@ -101,7 +106,15 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
         identity(),
     );
     tracing::info!(identity = %cfg.identity, namespace = %cfg.namespace, "standby: waiting for the leader lease");
-    lease::acquire(&client, &cfg).await;
+    let mut standby_stop = signals.clone();
+    tokio::select! {
+        _ = lease::acquire(&client, &cfg) => {}
+        // A standby has nothing to hand over: it just ends.
+        _ = standby_stop.wait_for(|n| *n >= 1) => {
+            tracing::info!("standby stopped by a signal");
+            return Ok(());
+        }
+    }
     health.leading.store(true, Ordering::SeqCst);
     tracing::info!(identity = %cfg.identity, "acquired the leader lease");
     tokio::select! {
@@ -124,6 +137,42 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
             std::process::exit(1);
         }
     }
+}
+
+/// Counts SIGTERM and SIGINT from the start of the process, so that none is missed between
+/// the standby phase and the controller. The first stops the operator gracefully (the
+/// controller finishes its reconciles, the lease is released); the second exits at once.
+fn signals() -> tokio::sync::watch::Receiver<u32> {
+    let (tx, rx) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        loop {
+            #[cfg(unix)]
+            let terminate = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let terminate = std::future::pending::<()>();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate => {}
+            }
+            tx.send_modify(|n| *n += 1);
+            if *tx.borrow() >= 2 {
+                tracing::warn!("second signal: exiting without waiting for the reconciles");
+                std::process::exit(130);
+            }
+            tracing::info!("signal received: stopping after the reconciles under way");
+        }
+    });
+    rx
 }
 
 /// This replica's identity in the Lease and in its User-Agent: `$POD_NAME`, else

@@ -266,6 +266,16 @@ async fn readyz_tells_the_active_replica_from_the_standby(ground: Ground) {
         assert_eq!(health, 200, "/healthz of {}", r.identity);
     }
     assert_eq!(lease(&env).holder, active.identity);
+    // A standby stopped by SIGTERM just ends, cleanly, and the active one goes on.
+    let mut standby = standby;
+    standby.signal("-TERM");
+    let status = standby.wait_exit(Duration::from_secs(5)).await;
+    assert!(
+        status.success(),
+        "a standby ends cleanly on SIGTERM: {status}"
+    );
+    assert_eq!(lease(&env).holder, active.identity);
+    assert!(ready(&active.addr));
 }
 
 async fn sigkill_the_active_replica_and_the_standby_takes_over_within_the_lease_duration(
