@@ -85,7 +85,8 @@ fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Runs the controller until a termination signal. `habitats` receives the Habitat cache so
+/// Runs the controller until `shutdown` completes (the caller listens for SIGTERM and SIGINT),
+/// then returns once the reconciles under way finished. `habitats` receives the Habitat cache so
 /// that the metrics endpoint can count phases; `ready` is set once every cache has synced.
 pub async fn run(
     client: Client,
@@ -93,6 +94,7 @@ pub async fn run(
     metrics: Metrics,
     habitats: Arc<OnceLock<Store<Habitat>>>,
     ready: Arc<std::sync::atomic::AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}"));
@@ -196,7 +198,7 @@ pub async fn run(
         .watches_stream(pods, move |p: Pod| pod_watchers(&by_pod, &p))
         .watches_stream(secrets, move |s: Secret| referencing(&by_secret, &s))
         .with_config(kube::runtime::controller::Config::default().concurrency(settings.workers))
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {

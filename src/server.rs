@@ -1,5 +1,9 @@
 //! The HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (the process serves) and
 //! `/readyz` (caches synced and, with leader election, this replica leads).
+//!
+//! With `--leader-elect`, `/readyz` answers 200 `ok` only on the replica that holds the Lease
+//! and has synced its caches; a standby answers 503 `standby: not holding the Lease`, so a
+//! Service or `kubectl get pods` shows which replica is active. `/healthz` answers 200 on both.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,14 +62,17 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// The body of `/readyz` on a standby replica.
+pub const STANDBY: &str = "standby: not holding the Lease";
+
 async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
     match (
-        h.synced.load(Ordering::SeqCst),
         h.leading.load(Ordering::SeqCst),
+        h.synced.load(Ordering::SeqCst),
     ) {
         (true, true) => (StatusCode::OK, "ok"),
-        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
-        (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "not the leader"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, STANDBY),
+        (true, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
     }
 }
 
