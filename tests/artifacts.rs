@@ -166,6 +166,11 @@ fn assert_hardened(dir: &str, docs: &[serde_yaml::Value]) {
         .iter()
         .find(|d| d["kind"] == "Deployment")
         .unwrap_or_else(|| panic!("{dir}: a Deployment"));
+    // Only the active replica is Ready, so a rollout that waited for readiness would stall.
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], "100%",
+        "{dir}"
+    );
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{dir}");
     assert_eq!(

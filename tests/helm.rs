@@ -445,6 +445,33 @@ fn the_defaults_install_a_cluster_wide_operator_locked_down() {
     assert_eq!(binding["subjects"][0]["namespace"], "ops");
 }
 
+/// The chart grants exactly what `deploy/base` grants, which `tests/rbac.rs` proves is used and
+/// enough (the chart's copy had kept rules the operator never uses).
+#[test]
+fn the_chart_grants_the_proven_rules_of_deploy_base() {
+    let base: Vec<Value> = serde_yaml::Deserializer::from_str(
+        &std::fs::read_to_string(support::root().join("deploy/base/cluster-role.yaml"))
+            .expect("deploy/base/cluster-role.yaml"),
+    )
+    .map(|d| Value::deserialize(d).expect("YAML"))
+    .collect();
+    let base_role = base
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole in deploy/base");
+    for overrides in ["{}", "watchNamespace: team"] {
+        let objects = render_with(overrides);
+        let role = objects
+            .iter()
+            .find(|o| {
+                (o["kind"] == "ClusterRole" || o["kind"] == "Role")
+                    && o["metadata"]["name"] == "rel"
+            })
+            .expect("the operator's role");
+        assert_eq!(role["rules"], base_role["rules"], "{overrides}");
+    }
+}
+
 #[test]
 fn namespaced_mode_grants_rights_only_in_the_watched_namespace() {
     let cluster = render_with("{}");
