@@ -107,7 +107,7 @@ impl Decision {
 }
 
 /// The phase a machine variant stands in.
-fn phase_of(variant: Lifecycle::Variant) -> Phase {
+pub(crate) fn phase_of(variant: Lifecycle::Variant) -> Phase {
     match variant {
         InitialPending(_) => Phase::Pending,
         InitialConfigMapReady(_) | ConfigMapReadyByCreatePeerConfig(_) => Phase::ConfigMapReady,

@@ -28,8 +28,12 @@
 mod decide;
 mod phase;
 
+use decide::phase_of;
 pub use decide::{decide, Blocker, Decision, Facts, Step};
 pub use phase::{Phase, UnknownPhase};
+
+#[cfg(test)]
+mod props;
 
 /// The declared machine: its states, events, `Machine` and `Variant` types.
 #[allow(missing_docs)]
@@ -103,6 +107,42 @@ pub const TRANSITIONS: [(Phase, Phase); 15] = [
     (Phase::Ready, Phase::Terminating),
     (Phase::Updating, Phase::Terminating),
 ];
+
+/// Whether `to` is `from` or can be reached from it along [`TRANSITIONS`].
+///
+/// A reconcile may walk several phases in one pass and persist only the last (SPEC section 3),
+/// so two consecutive phases observed on an object are legal exactly when the second is
+/// reachable from the first.
+pub fn reachable(from: Phase, to: Phase) -> bool {
+    let mut seen = vec![from];
+    let mut next = 0;
+    while let Some(&p) = seen.get(next) {
+        if p == to {
+            return true;
+        }
+        for (a, b) in TRANSITIONS {
+            if a == p && !seen.contains(&b) {
+                seen.push(b);
+            }
+        }
+        next += 1;
+    }
+    false
+}
+
+/// Checks a phase history recorded from outside (a watch on `.status.phase`), starting from
+/// [`Phase::Pending`], the phase of an object without status. Returns the first consecutive
+/// pair whose second phase is not [`reachable`] from the first.
+pub fn check_history(phases: &[Phase]) -> Result<(), (Phase, Phase)> {
+    let mut at = Phase::Pending;
+    for &p in phases {
+        if !reachable(at, p) {
+            return Err((at, p));
+        }
+        at = p;
+    }
+    Ok(())
+}
 
 /// The machine resumed in a persisted phase, ready to take one transition.
 pub fn resume(phase: Phase) -> lifecycle::Variant {
