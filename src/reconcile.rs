@@ -178,7 +178,10 @@ async fn drive(
     };
     for _ in 0..MAX_STEPS {
         let workload = desired.get(h, snap);
-        let d = decide(pass.phase, &snap.facts(h, workload));
+        let d = decide(
+            pass.phase,
+            &facts_in_pass(snap.facts(h, workload), &pass.transitions),
+        );
         if d.phase != pass.phase {
             pass.transitions.push((pass.phase, d.phase));
             pass.phase = d.phase;
@@ -209,6 +212,22 @@ async fn drive(
         }
     }
     pass
+}
+
+/// The facts of the next decision of a pass. Once the pass has taken a transition, it is acting
+/// on the current spec: `spec_changed` (generation above the persisted `observedGeneration`)
+/// then no longer means that the spec changed since the object was Ready. Without this, an
+/// object whose status was never written (the operator was killed before its first status
+/// write) or whose spec changed while it was deploying walked to Ready and then flapped
+/// Ready → Updating → Ready until the step limit within one pass.
+fn facts_in_pass(
+    mut facts: habitat_machine::Facts,
+    transitions: &[(Phase, Phase)],
+) -> habitat_machine::Facts {
+    if !transitions.is_empty() {
+        facts.spec_changed = false;
+    }
+    facts
 }
 
 /// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
@@ -403,6 +422,52 @@ mod tests {
     use kube::CustomResourceExt;
     use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
+
+    /// One pass of decisions over unchanging facts, as `drive` takes them.
+    fn dry_pass(mut phase: Phase, facts: habitat_machine::Facts) -> (Phase, Vec<(Phase, Phase)>) {
+        let mut transitions = vec![];
+        for _ in 0..MAX_STEPS {
+            let d = decide(phase, &facts_in_pass(facts, &transitions));
+            if d.phase != phase {
+                transitions.push((phase, d.phase));
+                phase = d.phase;
+            }
+            if d.step != Step::Advance {
+                break;
+            }
+        }
+        (phase, transitions)
+    }
+
+    #[test]
+    fn a_pass_that_walks_to_ready_does_not_go_on_to_updating() {
+        // No status yet (observedGeneration unset, so generation 1 is "above" it) and every
+        // child in shape: the operator was killed after creating them, before its first status
+        // write. Found by tests/crash.rs.
+        let facts = habitat_machine::Facts {
+            peer_config_current: true,
+            key_ready: true,
+            referenced_secrets_present: true,
+            workload_current: true,
+            rollout_done: true,
+            spec_changed: true,
+            ..habitat_machine::Facts::default()
+        };
+        let (phase, transitions) = dry_pass(Phase::Pending, facts);
+        assert_eq!(phase, Phase::Ready, "{transitions:?}");
+        assert_eq!(transitions.len(), 4, "{transitions:?}");
+        // A Ready object whose spec changed still enters Updating, once, and finishes the
+        // rollout in the same pass when it is already done.
+        let (phase, transitions) = dry_pass(Phase::Ready, facts);
+        assert_eq!(
+            transitions,
+            vec![
+                (Phase::Ready, Phase::Updating),
+                (Phase::Updating, Phase::Ready)
+            ]
+        );
+        assert_eq!(phase, Phase::Ready);
+    }
 
     fn context(client: kube::Client) -> Arc<Context> {
         Arc::new(Context {
