@@ -201,7 +201,7 @@ async fn killed_at_random_moments_every_habitat_converges_and_nothing_is_lost(gr
     key_task.abort();
 
     // Phase histories: every one is a legal path and ends Ready.
-    let histories = histories.lock().expect("lock");
+    let histories = std::mem::take(&mut *histories.lock().expect("lock"));
     assert_eq!(histories.len(), n, "a phase history for every Habitat");
     let mut transitions = 0;
     let mut shapes: BTreeMap<String, usize> = BTreeMap::new();
@@ -224,7 +224,7 @@ async fn killed_at_random_moments_every_habitat_converges_and_nothing_is_lost(gr
     }
 
     // Ring keys: one Secret per ring, created once, never changed or deleted.
-    let keys = keys.lock().expect("lock");
+    let keys = std::mem::take(&mut *keys.lock().expect("lock"));
     let mut per_ring: BTreeMap<&str, Vec<&SeenKey>> = BTreeMap::new();
     for k in keys.values() {
         per_ring.entry(&k.ring).or_default().push(k);

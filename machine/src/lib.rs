@@ -28,6 +28,7 @@
 mod decide;
 mod phase;
 
+#[cfg(test)]
 use decide::phase_of;
 pub use decide::{decide, Blocker, Decision, Facts, Step};
 pub use phase::{Phase, UnknownPhase};
