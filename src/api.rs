@@ -39,6 +39,10 @@ pub const FINALIZER: &str = "habitat.sh/finalizer";
 // rule from them and refuses a CRD whose rules could cost too much, so every string and list
 // in the schema carries one; `validate` holds the operator to the same numbers.
 
+/// Longest Habitat name (`metadata.name`): the StatefulSet is named after it and its pods are
+/// `NAME-ORDINAL`, and the StatefulSet's `controller-revision-hash` label, `NAME-` and a
+/// 10-character hash, must fit a label value's 63 characters.
+pub const MAX_HABITAT_NAME_LEN: usize = 52;
 /// Longest `spec.image`: a generous bound on an image reference (registry, repository, tag
 /// and digest); Kubernetes itself sets none.
 pub const MAX_IMAGE_LEN: usize = 4096;

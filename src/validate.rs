@@ -3,14 +3,23 @@
 //! servers, the sandbox) and name the field and the fix in the same words.
 
 use crate::api::{
-    Habitat, MAX_BINDS, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN, MAX_PATH_LEN,
-    MAX_RING_NAME_LEN,
+    Habitat, MAX_BINDS, MAX_HABITAT_NAME_LEN, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN,
+    MAX_PATH_LEN, MAX_RING_NAME_LEN,
 };
 use crate::build::ring_key::KeyName;
+use kube::ResourceExt;
 
+/// A part of a supervisor identifier (service, group, bind name): none of the supervisor's
+/// separators (`.`, `#`, `@`, `:`), nothing that changes the health check's URL path (`/`,
+/// `?`, `%`), no whitespace or control character.
 fn plain_name(s: &str) -> bool {
-    !s.is_empty() && !s.contains(['.', '#', '@', ':', ' '])
+    !s.is_empty()
+        && !s.contains(['.', '#', '@', ':', '/', '?', '%'])
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
+
+/// How the rule of [`plain_name`] is said to the user.
+const PLAIN: &str = "must be non-empty and contain no '.', '#', '@', ':', '/', '?', '%', whitespace or control character";
 
 /// The CRD's `maxLength` of `max` characters, said of `field` when `value` is longer.
 fn too_long(field: &str, value: &str, max: usize) -> Option<String> {
@@ -22,6 +31,19 @@ fn too_long(field: &str, value: &str, max: usize) -> Option<String> {
 pub fn problem(h: &Habitat) -> Option<String> {
     let spec = &h.spec;
     let svc = &spec.service;
+    let name = h.name_any();
+    let b = name.as_bytes();
+    let child_name = !b.is_empty()
+        && b.len() <= MAX_HABITAT_NAME_LEN
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1] != b'-'
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    if !child_name {
+        return Some(format!(
+            "metadata.name {name:?} must be at most {MAX_HABITAT_NAME_LEN} lower-case letters, digits and '-', starting with a letter and not ending with '-': the StatefulSet, its pods and the Services are named after it"
+        ));
+    }
     if spec.image.trim().is_empty() {
         return Some("spec.image must not be empty; set the service's container image".into());
     }
@@ -32,22 +54,28 @@ pub fn problem(h: &Habitat) -> Option<String> {
         return Some(format!("spec.count must be 0 or more, not {}", spec.count));
     }
     if !plain_name(&svc.name) {
-        return Some(format!(
-            "spec.service.name {:?} must be non-empty and contain no '.', '#' or '@'",
-            svc.name
-        ));
+        return Some(format!("spec.service.name {:?} {PLAIN}", svc.name));
     }
     if let Some(p) = too_long("spec.service.name", &svc.name, MAX_HAB_NAME_LEN) {
         return Some(p);
     }
     if !plain_name(&svc.group) {
-        return Some(format!(
-            "spec.service.group {:?} must be non-empty and contain no '.', '#' or '@'",
-            svc.group
-        ));
+        return Some(format!("spec.service.group {:?} {PLAIN}", svc.group));
     }
     if let Some(p) = too_long("spec.service.group", &svc.group, MAX_HAB_NAME_LEN) {
         return Some(p);
+    }
+    if let Some(channel) = &svc.channel {
+        let ok = !channel.is_empty()
+            && channel.len() <= MAX_HAB_NAME_LEN
+            && channel
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+        if !ok {
+            return Some(format!(
+                "spec.service.channel {channel:?} must be 1-63 letters, digits, '_', '-' or '.'"
+            ));
+        }
     }
     if svc.ring.is_some() && svc.ring_secret_name.is_some() {
         return Some(
@@ -64,18 +92,31 @@ pub fn problem(h: &Habitat) -> Option<String> {
                 "spec.service.ringSecretName {name:?} must look like <ring>-<YYYYMMDDhhmmss>, e.g. prod-20170829113029"
             ));
         }
+        let secret_name = name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            && !name.starts_with('-');
+        if !secret_name {
+            return Some(format!(
+                "spec.service.ringSecretName {name:?} must be lower-case letters, digits and '-': it names a Secret"
+            ));
+        }
     }
     if let Some(ring) = &svc.ring {
+        // The generated key's Secret is `<name>-<revision>` and is labelled with the name:
+        // both must hold, so no upper case or '_' (a Secret's name) and no '-' at the end (a
+        // label value).
         let ok = !ring.name.is_empty()
             && ring.name.len() <= MAX_RING_NAME_LEN
             && ring
                 .name
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            && !ring.name.starts_with('-');
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !ring.name.starts_with('-')
+            && !ring.name.ends_with('-');
         if !ok {
             return Some(format!(
-                "spec.service.ring.name {:?} must be 1-38 letters, digits, '_' or '-'",
+                "spec.service.ring.name {:?} must be 1-38 lower-case letters, digits and '-', starting and ending with a letter or digit: the key's Secret is named and labelled after it",
                 ring.name
             ));
         }
@@ -93,9 +134,7 @@ pub fn problem(h: &Habitat) -> Option<String> {
             ("group", &b.group),
         ] {
             if !plain_name(value) {
-                return Some(format!(
-                    "spec.service.bind[{i}].{field} {value:?} must be non-empty and contain no ':', '.', '#', '@' or space"
-                ));
+                return Some(format!("spec.service.bind[{i}].{field} {value:?} {PLAIN}"));
             }
             let field = format!("spec.service.bind[{i}].{field}");
             if let Some(p) = too_long(&field, value, MAX_HAB_NAME_LEN) {
@@ -202,6 +241,46 @@ mod tests {
             let p = problem(&h).unwrap_or_default();
             assert!(p.contains(expected), "{p:?} should contain {expected:?}");
         }
+    }
+
+    #[test]
+    fn what_children_or_the_supervisor_could_not_take_is_a_problem() {
+        // Found by the property test of src/build/props.rs: each of these passed before and
+        // built a child Kubernetes refuses or a malformed supervisor argument.
+        let named = |name: &str| {
+            let mut h = habitat();
+            h.metadata.name = Some(name.into());
+            h
+        };
+        let mut slash = habitat();
+        slash.spec.service.name = "a/b".into();
+        let cases = [
+            (named("0"), "metadata.name \"0\""),
+            (named("a.b"), "metadata.name \"a.b\""),
+            (named(&"n".repeat(53)), "at most 52 lower-case letters"),
+            (habitat().ring("Prod"), "spec.service.ring.name \"Prod\""),
+            (habitat().ring("a_b"), "spec.service.ring.name \"a_b\""),
+            (habitat().ring("a-"), "spec.service.ring.name \"a-\""),
+            (
+                habitat().ring_secret("Prod-20170829113029"),
+                "spec.service.ringSecretName \"Prod-20170829113029\"",
+            ),
+            (habitat().group("a\tb"), "spec.service.group \"a\\tb\""),
+            (slash, "spec.service.name \"a/b\""),
+            (
+                habitat().bind("db", "pg", "a?b"),
+                "spec.service.bind[0].group",
+            ),
+            (habitat().channel(""), "spec.service.channel \"\""),
+            (habitat().channel("a b"), "spec.service.channel \"a b\""),
+        ];
+        for (h, expected) in cases {
+            let p = problem(&h).unwrap_or_default();
+            assert!(p.contains(expected), "{p:?} should contain {expected:?}");
+        }
+        let mut ok = named(&"n".repeat(52)).ring("prod-1").channel("stable");
+        ok.spec.service.group = "blue-green_2".into();
+        assert_eq!(problem(&ok), None);
     }
 
     #[test]
