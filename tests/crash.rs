@@ -151,15 +151,18 @@ async fn killed_at_random_moments_every_habitat_converges_and_nothing_is_lost(gr
     let manifests: Vec<String> = (0..n).map(habitat_yaml).collect();
     let file = env.temp_dir().join("habitats.yaml");
     std::fs::write(&file, manifests.join("---\n")).expect("write the manifests");
-    // Created while the kills go on.
-    let mut apply = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(["-n", &env.namespace, "apply", "-f"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("kubectl apply");
+    // Created while the kills go on (killed if the test fails first).
+    let mut apply = support::Proc(
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(["-n", &env.namespace, "apply", "-f"])
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl apply"),
+        "kubectl apply",
+    );
 
     // Kill at random moments, 0.2 to 2.5 s apart (some while the new process is still
     // syncing its caches), restarting each time.
@@ -174,7 +177,7 @@ async fn killed_at_random_moments_every_habitat_converges_and_nothing_is_lost(gr
     }
     let killed_by = start.elapsed();
     assert!(
-        apply.wait().expect("kubectl apply").success(),
+        apply.0.wait().expect("kubectl apply").success(),
         "kubectl apply failed"
     );
 
