@@ -133,8 +133,16 @@ pub fn valid_image_reference(image: &str) -> bool {
     !parts.is_empty() && parts.iter().all(|p| path_component(p))
 }
 
+/// Most supervisors of one Habitat. The schema takes any int32; a count in the millions would
+/// only make a StatefulSet the cluster cannot schedule, so the operator refuses it.
+pub const MAX_COUNT: i32 = 1000;
+
+/// A Habitat name (service, group, channel, bind): printable ASCII without '.', '#', '@', ':'
+/// or space, as the supervisor's `service.group@org` syntax needs.
 fn plain_name(s: &str) -> bool {
-    !s.is_empty() && !s.contains(['.', '#', '@', ':', ' '])
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_graphic())
+        && !s.contains(['.', '#', '@', ':', ' '])
 }
 
 /// The CRD's `maxLength` of `max` characters, said of `field` when `value` is longer.
@@ -165,9 +173,15 @@ pub fn problem(h: &Habitat) -> Option<String> {
     if spec.count < 0 {
         return Some(format!("spec.count must be 0 or more, not {}", spec.count));
     }
+    if spec.count > MAX_COUNT {
+        return Some(format!(
+            "spec.count must be at most {MAX_COUNT}, not {}",
+            spec.count
+        ));
+    }
     if !plain_name(&svc.name) {
         return Some(format!(
-            "spec.service.name {:?} must be non-empty and contain no '.', '#' or '@'",
+            "spec.service.name {:?} must be non-empty printable ASCII and contain no '.', '#', '@', ':' or space",
             svc.name
         ));
     }
@@ -176,12 +190,19 @@ pub fn problem(h: &Habitat) -> Option<String> {
     }
     if !plain_name(&svc.group) {
         return Some(format!(
-            "spec.service.group {:?} must be non-empty and contain no '.', '#' or '@'",
+            "spec.service.group {:?} must be non-empty printable ASCII and contain no '.', '#', '@', ':' or space",
             svc.group
         ));
     }
     if let Some(p) = too_long("spec.service.group", &svc.group, MAX_HAB_NAME_LEN) {
         return Some(p);
+    }
+    if let Some(channel) = &svc.channel {
+        if !plain_name(channel) {
+            return Some(format!(
+                "spec.service.channel {channel:?} must be non-empty printable ASCII and contain no '.', '#', '@', ':' or space"
+            ));
+        }
     }
     if svc.ring.is_some() && svc.ring_secret_name.is_some() {
         return Some(
@@ -228,7 +249,7 @@ pub fn problem(h: &Habitat) -> Option<String> {
         ] {
             if !plain_name(value) {
                 return Some(format!(
-                    "spec.service.bind[{i}].{field} {value:?} must be non-empty and contain no ':', '.', '#', '@' or space"
+                    "spec.service.bind[{i}].{field} {value:?} must be non-empty printable ASCII and contain no ':', '.', '#', '@' or space"
                 ));
             }
             let field = format!("spec.service.bind[{i}].{field}");
@@ -300,6 +321,9 @@ mod tests {
         let cases = [
             (empty_image, "spec.image must not be empty"),
             (habitat().count(-1), "spec.count must be 0 or more"),
+            (habitat().count(1001), "spec.count must be at most 1000"),
+            (habitat().group("grüppe"), "spec.service.group \"grüppe\""),
+            (habitat().group("a b"), "spec.service.group \"a b\""),
             (habitat().group("a.b"), "spec.service.group \"a.b\""),
             (
                 habitat().ring("prod").ring_secret("prod-20170829113029"),
