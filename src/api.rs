@@ -78,6 +78,7 @@ pub const IMAGE_REFERENCE_RULE: &str = "self.size() == 0 || self.matches('^((?:[
     category = "all",
     namespaced,
     status = "HabitatStatus",
+    validation = Rule::new("self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label of at most 52 characters (lower-case letters, digits and '-', starting with a letter): it names the Habitat's Services, and the pods' label controller-revision-hash=<name>-<hash> has at most 63"),
     doc = "A Chef Habitat service: the operator runs its supervisors in a StatefulSet with a peer ConfigMap, an optional ring key and Services.",
     printcolumn(
         name = "Phase",
@@ -511,6 +512,7 @@ mod tests {
         assert!(crd.contains("spec.image must not be empty"));
         assert!(crd.contains("ringSecretName must look like"));
         assert!(crd.contains("spec.image must be an image reference"));
+        assert!(crd.contains("metadata.name must be a DNS-1035 label of at most 52"));
     }
 
     #[test]
