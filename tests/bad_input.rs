@@ -163,7 +163,12 @@ async fn bad_input(ground: Ground) {
             }
         }
     }
+    // One healthy Habitat was there before the bad inputs, another comes after them.
+    env.apply_yaml(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata:\n  name: late\nspec:\n  image: kinvolk/redis-hab\n  count: 2\n  service:\n    name: redis\n",
+    );
     env.wait_phase("steady", "Ready", timeout(&env)).await;
+    env.wait_phase("late", "Ready", timeout(&env)).await;
     for case in &cases {
         if let Expect::NotReady { reason, field } = &case.expect {
             let message = wait_ready(&env, &case.habitat, "False", reason, field).await;
