@@ -65,6 +65,11 @@ pub const MAX_CONDITIONS: usize = 32;
 /// Longest timestamp (RFC 3339 needs at most 35 characters).
 pub const MAX_TIME_LEN: usize = 64;
 
+/// The CEL rule on `spec.image`: the OCI distribution grammar of an image reference (an empty
+/// image is the other rule's). `validate::valid_image_reference` says the same to the sandbox
+/// and older servers. Within the cost budget: the string is at most `MAX_IMAGE_LEN` long.
+pub const IMAGE_REFERENCE_RULE: &str = "self.size() == 0 || self.matches('^((?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:[.](?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')";
+
 /// A Chef Habitat service run by Habitat supervisors in a StatefulSet.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -77,6 +82,7 @@ pub const MAX_TIME_LEN: usize = 64;
     category = "all",
     namespaced,
     status = "HabitatStatus",
+    validation = Rule::new("self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label of at most 52 characters (lower-case letters, digits and '-', starting with a letter): it names the Habitat's Services, and the pods' label controller-revision-hash=<name>-<hash> has at most 63"),
     doc = "A Chef Habitat service: the operator runs its supervisors in a StatefulSet with a peer ConfigMap, an optional ring key and Services.",
     printcolumn(
         name = "Phase",
@@ -121,6 +127,7 @@ pub struct HabitatSpec {
     /// characters.
     #[schemars(length(max = MAX_IMAGE_LEN))]
     #[x_kube(validation = Rule::new("self.size() > 0").message("spec.image must not be empty; set the service's container image"))]
+    #[x_kube(validation = Rule::new(IMAGE_REFERENCE_RULE).message("spec.image must be an image reference: [registry[:port]/]repository[:tag][@digest], the repository in lower case, no spaces"))]
     pub image: String,
     /// Number of supervisors (pods). Leader topology needs at least 3, and an odd number, to
     /// keep quorum when a member is lost.
@@ -508,6 +515,8 @@ mod tests {
         assert!(crd.contains("mutually exclusive; set one"));
         assert!(crd.contains("spec.image must not be empty"));
         assert!(crd.contains("ringSecretName must look like"));
+        assert!(crd.contains("spec.image must be an image reference"));
+        assert!(crd.contains("metadata.name must be a DNS-1035 label of at most 52"));
     }
 
     #[test]

@@ -322,4 +322,105 @@ pub(crate) mod tests {
             "{err}"
         );
     }
+
+    /// Serves one connection on a loopback port: reads the request, then writes `answer`
+    /// (after `delay`). Returns the port.
+    async fn serve_once(answer: Vec<u8>, delay: Duration) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                tokio::time::sleep(delay).await;
+                let _ = conn.write_all(&answer).await;
+                let _ = conn.shutdown().await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_huge_body_is_refused_at_the_bound() {
+        let mut answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            (8 << 20) + 2
+        )
+        .into_bytes();
+        answer.push(b'"');
+        answer.extend(std::iter::repeat_n(b'a', 8 << 20));
+        answer.push(b'"');
+        let port = serve_once(answer, Duration::ZERO).await;
+        let err = HttpCensus::new(port, Duration::from_secs(10))
+            .fetch("127.0.0.1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CensusError::Body { .. }), "{err}");
+        assert!(err.to_string().contains("length limit"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        // The redirect points at a server that would answer a valid census.
+        let census = census_json("ElectionFinished", &[("a", "10.0.0.1", true, true)]).to_string();
+        let ok = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{census}",
+            census.len()
+        );
+        let target = serve_once(ok.into_bytes(), Duration::ZERO).await;
+        let redirect = format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{target}/census\r\ncontent-length: 0\r\n\r\n"
+        );
+        let port = serve_once(redirect.into_bytes(), Duration::ZERO).await;
+        let err = HttpCensus::new(port, Duration::from_secs(5))
+            .fetch("127.0.0.1")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CensusError::Status { status: 302, .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gateway_that_never_answers_times_out() {
+        let port = serve_once(Vec::new(), Duration::from_secs(60)).await;
+        let start = std::time::Instant::now();
+        let err = HttpCensus::new(port, Duration::from_millis(300))
+            .fetch("127.0.0.1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CensusError::Timeout(_)), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_trickles_forever_times_out() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            if let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n{")
+                    .await;
+                for _ in 0..600 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if conn.write_all(b" ").await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let start = std::time::Instant::now();
+        let err = HttpCensus::new(port, Duration::from_millis(500))
+            .fetch("127.0.0.1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CensusError::Timeout(_)), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
 }

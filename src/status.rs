@@ -133,7 +133,10 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
             R::SecretNotFound,
             format!("Secret {secret} named in spec.service.ringSecretName does not exist; create it with the ring key file under the key ring-key"),
         ),
-        KeyState::Malformed { problem, .. } => Desired::new(T::KeyReady, false, R::KeyMalformed, format!("{problem}; fix the Secret or name another one")),
+        KeyState::Malformed { problem, .. } => {
+            let field = if h.spec.service.ring_secret_name.is_some() { "spec.service.ringSecretName" } else { "spec.service.ring" };
+            Desired::new(T::KeyReady, false, R::KeyMalformed, format!("{problem} (the ring key of {field}); fix the Secret or name another one"))
+        }
         KeyState::ToGenerate { ring } => Desired::new(T::KeyReady, false, R::SecretNotFound, format!("no key for ring {ring} yet; the operator generates one")),
     });
 

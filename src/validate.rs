@@ -9,17 +9,141 @@ use crate::api::{
 use crate::build::ring_key::KeyName;
 use kube::ResourceExt;
 
-/// A part of a supervisor identifier (service, group, bind name): none of the supervisor's
-/// separators (`.`, `#`, `@`, `:`), nothing that changes the health check's URL path (`/`,
-/// `?`, `%`), no whitespace or control character.
+/// The problem with `metadata.name`: it names a Service (a DNS-1035 label) and is the prefix of
+/// the StatefulSet's revision label.
+fn name_problem(name: &str) -> Option<String> {
+    let n = name.chars().count();
+    if n > MAX_HABITAT_NAME_LEN {
+        return Some(format!(
+            "metadata.name must be at most {MAX_HABITAT_NAME_LEN} characters, not {n}: the StatefulSet's pods carry the label controller-revision-hash=<name>-<hash>, at most 63 characters"
+        ));
+    }
+    let b = name.as_bytes();
+    let label = b.first().is_some_and(u8::is_ascii_lowercase)
+        && b.last()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    (!label).then(|| {
+        format!(
+            "metadata.name {name:?} must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the Habitat's Services"
+        )
+    })
+}
+
+/// Whether `s` is `component(sep component)*` with lower-case alphanumeric components and the
+/// separators of the OCI distribution grammar (`.`, `_`, `__`, one or more `-`).
+fn path_component(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !b.first().copied().is_some_and(alnum) || !b.last().copied().is_some_and(alnum) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &s[start..i];
+        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `s` is a registry host (`host[:port]`, DNS-like components, or `localhost`).
+fn domain(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()));
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.first().is_some_and(u8::is_ascii_alphanumeric)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric)
+            && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
+    };
+    port_ok && host.split('.').all(label)
+}
+
+/// Whether `image` is a valid image reference of the OCI distribution grammar
+/// (`[domain/]path[:tag][@digest]`).
+pub fn valid_image_reference(image: &str) -> bool {
+    let (rest, digest) = match image.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest {
+        let Some((alg, hex)) = d.split_once(':') else {
+            return false;
+        };
+        let alg_ok = alg.split(['+', '.', '_', '-']).all(|c| {
+            c.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+                && c.bytes().all(|b| b.is_ascii_alphanumeric())
+        });
+        if !alg_ok || hex.len() < 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return false;
+        }
+    }
+    // The tag follows the last ':' after the last '/'.
+    let slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[slash..].find(':') {
+        Some(i) => (&rest[..slash + i], Some(&rest[slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(t) = tag {
+        let b = t.as_bytes();
+        let ok = (1..=128).contains(&b.len())
+            && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+        if !ok {
+            return false;
+        }
+    }
+    let mut parts: Vec<&str> = name.split('/').collect();
+    // A first part with '.', ':' or that is `localhost` is the registry (as docker reads it).
+    if parts.len() > 1 {
+        let first = parts[0];
+        if first.contains(['.', ':'])
+            || first == "localhost"
+            || first.bytes().any(|c| c.is_ascii_uppercase())
+        {
+            if !domain(first) {
+                return false;
+            }
+            parts.remove(0);
+        }
+    }
+    !parts.is_empty() && parts.iter().all(|p| path_component(p))
+}
+
+/// Most supervisors of one Habitat. The schema takes any int32; a count in the millions would
+/// only make a StatefulSet the cluster cannot schedule, so the operator refuses it.
+pub const MAX_COUNT: i32 = 1000;
+
+/// A part of a supervisor identifier (service, group, bind name): printable ASCII, none of the
+/// supervisor's separators (`.`, `#`, `@`, `:`, as its `service.group@org` syntax needs), and
+/// nothing that changes the health check's URL path (`/`, `?`, `%`); so no whitespace or
+/// control character either.
 fn plain_name(s: &str) -> bool {
     !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_graphic())
         && !s.contains(['.', '#', '@', ':', '/', '?', '%'])
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// How the rule of [`plain_name`] is said to the user.
-const PLAIN: &str = "must be non-empty and contain no '.', '#', '@', ':', '/', '?', '%', whitespace or control character";
+const PLAIN: &str =
+    "must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space";
 
 /// The CRD's `maxLength` of `max` characters, said of `field` when `value` is longer.
 fn too_long(field: &str, value: &str, max: usize) -> Option<String> {
@@ -31,27 +155,29 @@ fn too_long(field: &str, value: &str, max: usize) -> Option<String> {
 pub fn problem(h: &Habitat) -> Option<String> {
     let spec = &h.spec;
     let svc = &spec.service;
-    let name = h.name_any();
-    let b = name.as_bytes();
-    let child_name = !b.is_empty()
-        && b.len() <= MAX_HABITAT_NAME_LEN
-        && b[0].is_ascii_lowercase()
-        && b[b.len() - 1] != b'-'
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
-    if !child_name {
-        return Some(format!(
-            "metadata.name {name:?} must be at most {MAX_HABITAT_NAME_LEN} lower-case letters, digits and '-', starting with a letter and not ending with '-': the StatefulSet, its pods and the Services are named after it"
-        ));
-    }
     if spec.image.trim().is_empty() {
         return Some("spec.image must not be empty; set the service's container image".into());
     }
     if let Some(p) = too_long("spec.image", &spec.image, MAX_IMAGE_LEN) {
         return Some(p);
     }
+    if !valid_image_reference(&spec.image) {
+        return Some(format!(
+            "spec.image {:?} is not a valid image reference ([registry/]repository[:tag][@digest], repository in lower case, no spaces)",
+            spec.image
+        ));
+    }
+    if let Some(p) = name_problem(&h.name_any()) {
+        return Some(p);
+    }
     if spec.count < 0 {
         return Some(format!("spec.count must be 0 or more, not {}", spec.count));
+    }
+    if spec.count > MAX_COUNT {
+        return Some(format!(
+            "spec.count must be at most {MAX_COUNT}, not {}",
+            spec.count
+        ));
     }
     if !plain_name(&svc.name) {
         return Some(format!("spec.service.name {:?} {PLAIN}", svc.name));
@@ -205,6 +331,9 @@ mod tests {
         let cases = [
             (empty_image, "spec.image must not be empty"),
             (habitat().count(-1), "spec.count must be 0 or more"),
+            (habitat().count(1001), "spec.count must be at most 1000"),
+            (habitat().group("grüppe"), "spec.service.group \"grüppe\""),
+            (habitat().group("a b"), "spec.service.group \"a b\""),
             (habitat().group("a.b"), "spec.service.group \"a.b\""),
             (
                 habitat().ring("prod").ring_secret("prod-20170829113029"),
@@ -257,7 +386,10 @@ mod tests {
         let cases = [
             (named("0"), "metadata.name \"0\""),
             (named("a.b"), "metadata.name \"a.b\""),
-            (named(&"n".repeat(53)), "at most 52 lower-case letters"),
+            (
+                named(&"n".repeat(53)),
+                "metadata.name must be at most 52 characters",
+            ),
             (habitat().ring("Prod"), "spec.service.ring.name \"Prod\""),
             (habitat().ring("a_b"), "spec.service.ring.name \"a_b\""),
             (habitat().ring("a-"), "spec.service.ring.name \"a-\""),
@@ -281,6 +413,55 @@ mod tests {
         let mut ok = named(&"n".repeat(52)).ring("prod-1").channel("stable");
         ok.spec.service.group = "blue-green_2".into();
         assert_eq!(problem(&ok), None);
+    }
+
+    #[test]
+    fn image_references_follow_the_oci_grammar() {
+        for ok in [
+            "habitat/redis-hab",
+            "kinvolk/redis-hab:latest",
+            "redis",
+            "registry.example:5000/team/app__x:1.2.3-rc_1",
+            "localhost/app",
+            "Registry.Example/app",
+            "ghcr.io/a/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(valid_image_reference(ok), "{ok} is valid");
+        }
+        for bad in [
+            "habitat/redis hab",
+            "habitat/Redis",
+            "habitat/rédis",
+            "habitat/redis:",
+            "habitat/redis:-x",
+            "habitat/redis@sha256:xyz",
+            "habitat//redis",
+            "-redis",
+            "redis-",
+            "habitat/redis:1:2",
+            ":latest",
+            "registry:port/app",
+        ] {
+            assert!(!valid_image_reference(bad), "{bad} is invalid");
+        }
+    }
+
+    #[test]
+    fn the_name_must_fit_the_derived_child_names() {
+        let mut h = habitat();
+        h.metadata.name = Some("a".repeat(MAX_HABITAT_NAME_LEN));
+        assert_eq!(problem(&h), None);
+        h.metadata.name = Some("a".repeat(MAX_HABITAT_NAME_LEN + 1));
+        let p = problem(&h).unwrap_or_default();
+        assert!(
+            p.contains("metadata.name must be at most 52 characters, not 53"),
+            "{p}"
+        );
+        for bad in ["bad.name", "1redis", "redis-"] {
+            h.metadata.name = Some(bad.into());
+            let p = problem(&h).unwrap_or_default();
+            assert!(p.contains("metadata.name") && p.contains("DNS-1035"), "{p}");
+        }
     }
 
     #[test]

@@ -235,7 +235,11 @@ impl Ctx {
             return; // a null of a non-nullable field was dropped by defaulting
         }
         self.check_format(schema, v, path);
-        if !self.check_type(schema, v, path) {
+        let typed = self.check_type(schema, v, path);
+        // The real server checks `enum` apart from `type`: a scalar of the wrong type outside
+        // the enum gets both errors (lists and objects: only the type's).
+        let scalar = !matches!(v, Value::Array(_) | Value::Object(_));
+        if !typed && !scalar {
             return;
         }
         if let Some(allowed) = schema["enum"].as_array().filter(|a| !a.contains(v)) {
@@ -247,6 +251,9 @@ impl Ctx {
             );
             self.errors
                 .push(Cause::new("FieldValueNotSupported", path, msg));
+        }
+        if !typed {
+            return;
         }
         let rel = self.rel(path).to_string();
         if let Some(n) = v.as_f64() {
