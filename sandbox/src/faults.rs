@@ -328,13 +328,17 @@ fn unavailable() -> ApiError {
     )
 }
 
-/// kube-apiserver's 429 from API priority and fairness.
+/// kube-apiserver's 429 from API priority and fairness (`NewTooManyRequests`: the delay is
+/// also in `details.retryAfterSeconds`).
 fn too_many_requests() -> ApiError {
-    ApiError::server_error(
-        429,
-        "TooManyRequests",
-        "Too many requests, please try again later.",
-    )
+    ApiError {
+        details: Some(json!({"retryAfterSeconds": 1})),
+        ..ApiError::server_error(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        )
+    }
 }
 
 #[cfg(test)]

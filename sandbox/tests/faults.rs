@@ -56,7 +56,10 @@ async fn server_errors_are_statuses_with_retry_after_and_spare_the_sandbox_nodes
         match code {
             500 => assert_eq!(reason, "InternalError"),
             503 => assert_eq!(reason, "ServiceUnavailable"),
-            429 => assert_eq!(reason, "TooManyRequests"),
+            429 => {
+                assert_eq!(reason, "TooManyRequests");
+                assert_eq!(status["details"]["retryAfterSeconds"], 1, "{body}");
+            }
             other => panic!("unexpected {other}: {body}"),
         }
         assert_eq!(head.contains("retry-after: 1"), code != 500, "{head}");
