@@ -102,7 +102,7 @@ pub struct SandboxArgs {
     /// Serve no API server: play the nodes (kubelet and Habitat supervisors) of the API server
     /// in this kubeconfig, which must have no Nodes (a test control plane, as kwok does). Only
     /// the simulated nodes run; apply manifests and run the operator against it yourself.
-    #[arg(long, conflicts_with_all = ["files", "until_ready", "kubeconfig_out", "no_operator", "port"])]
+    #[arg(long, conflicts_with_all = ["files", "until_ready", "kubeconfig_out", "no_operator", "port", "faults"])]
     pub kubeconfig: Option<PathBuf>,
     /// With --kubeconfig: simulate only the pods of this namespace (default: all namespaces).
     #[arg(long, requires = "kubeconfig")]
@@ -119,6 +119,15 @@ pub struct SandboxArgs {
     /// Serve the simulated cluster without running the operator in it.
     #[arg(long)]
     pub no_operator: bool,
+    /// Inject API faults, comma-separated KEY=VALUE: `server-errors=RATE` (500, 503 or 429
+    /// with Retry-After), `conflicts=RATE` (409 on writes to an object), `expired=RATE` (410 on
+    /// lists and watches from a resourceVersion), `watch-cut=DURATION` (watch streams cut that
+    /// long after they open), `latency=MIN-MAX` (added to every request), `only=PREFIX` (hit
+    /// only clients whose User-Agent starts with PREFIX, e.g. habitat-operator). RATE: 0.2 or
+    /// 20%; DURATION: 50ms, 5s, 1m. The simulated nodes are never hit. Example:
+    /// server-errors=0.2,conflicts=0.1,expired=0.1,watch-cut=5s,latency=0-50ms
+    #[arg(long, value_name = "FAULTS", value_parser = clap::value_parser!(habitat_sandbox::Faults))]
+    pub faults: Option<habitat_sandbox::Faults>,
     /// Port of the simulated API server (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,

@@ -25,7 +25,7 @@ impl Default for Backoffs {
 }
 
 impl Backoffs {
-    /// Delays start near `initial`, double with ±50% jitter, and stop growing at `max`.
+    /// Delays start near `initial`, double with ±50% jitter, and never exceed `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
         Backoffs {
             initial,
@@ -49,7 +49,9 @@ impl Backoffs {
                 max_elapsed_time: None,
                 ..ExponentialBackoff::default()
             });
-        state.next_backoff().unwrap_or(self.max)
+        // The jitter is applied around the current interval, so once that reaches the cap a
+        // draw can be up to 1.5 × the cap: clamp it, the cap is a promise.
+        state.next_backoff().unwrap_or(self.max).min(self.max)
     }
 
     /// Forgets `uid`'s failures: the next failure starts from the initial delay.
@@ -77,6 +79,17 @@ mod tests {
         );
         b.reset("a");
         assert!(b.next("a") <= Duration::from_millis(150));
+    }
+
+    #[test]
+    fn no_delay_exceeds_the_cap_even_with_jitter() {
+        let b = Backoffs::new(Duration::from_millis(100), Duration::from_secs(2));
+        let delays: Vec<Duration> = (0..60).map(|_| b.next("a")).collect();
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_secs(2)),
+            "{delays:?}"
+        );
+        assert!(delays[40..].iter().any(|d| *d > Duration::from_secs(1)));
     }
 
     #[test]

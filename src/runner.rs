@@ -55,7 +55,7 @@ pub async fn client_from_yaml(yaml: &str) -> Result<Client, RunError> {
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| RunError::Config(e.to_string()))?;
-    Ok(Client::try_from(config)?)
+    Ok(Client::try_from(with_user_agent(config))?)
 }
 
 /// Runs the operator with `args` against `client` until a termination signal.

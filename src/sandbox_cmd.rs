@@ -18,12 +18,19 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
     }
     let opts = Options {
         addr: ([127, 0, 0, 1], args.port).into(),
+        faults: args.faults.clone().unwrap_or_default(),
         ..Options::default()
     };
     let sandbox = Sandbox::start(opts)
         .await
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     println!("sandbox API server on {}", sandbox.url());
+    if let Some(faults) = args.faults.as_ref().filter(|f| !f.is_none()) {
+        println!(
+            "injecting faults: {faults} (counts on {}/debug/faults)",
+            sandbox.url()
+        );
+    }
     if let Some(path) = &args.kubeconfig_out {
         std::fs::write(path, sandbox.kubeconfig_yaml())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -160,10 +167,16 @@ async fn watch(client: &Client, args: &SandboxArgs) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     let mut last = String::new();
     loop {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("cannot list Habitats: {e}"))?;
+        // Under injected faults a list can fail like any other request: retry.
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(e) if args.faults.is_some() => {
+                tracing::debug!("cannot list Habitats (retrying): {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(e) => return Err(format!("cannot list Habitats: {e}")),
+        };
         let table = render(&list.items);
         if table != last {
             println!("--- {:>5.1}s\n{table}", start.elapsed().as_secs_f64());

@@ -101,6 +101,12 @@ impl ApiError {
         .with_details(group, plural, name)
     }
 
+    /// A server-side failure (500, 503, 429 ...) with the given reason, as kube-apiserver
+    /// words it.
+    pub fn server_error(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(code, reason, message)
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -5,6 +5,7 @@
 pub mod builtins;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod meta;
 pub mod nodes;
 pub mod patch;
@@ -18,4 +19,5 @@ pub mod sandbox;
 pub mod server;
 pub mod sim;
 
+pub use faults::Faults;
 pub use sandbox::{Options, Sandbox};

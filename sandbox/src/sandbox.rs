@@ -22,6 +22,8 @@ pub struct Options {
     pub simulate_supervisors: bool,
     /// Kubelet delay before a pod goes Running+Ready (default 300 ms).
     pub pod_ready_delay: Duration,
+    /// Injected faults (default none; the simulated nodes are always exempt).
+    pub faults: crate::faults::Faults,
 }
 
 impl Default for Options {
@@ -30,16 +32,27 @@ impl Default for Options {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             simulate_supervisors: true,
             pod_ready_delay: Duration::from_millis(300),
+            faults: crate::faults::Faults::default(),
         }
     }
 }
 
-/// A client of the embedded API server at `addr` (plain HTTP on loopback, no credentials).
+/// A client of the embedded API server at `addr` (plain HTTP on loopback, no credentials),
+/// with the User-Agent `habitat-sandbox/<version> (nodes)` that injected faults spare.
 fn local_client(addr: SocketAddr) -> Result<kube::Client, Error> {
     let url = format!("http://{addr}")
         .parse()
         .map_err(|e| Error::Client(format!("bad URL: {e}")))?;
-    kube::Client::try_from(kube::Config::new(url)).map_err(|e| Error::Client(e.to_string()))
+    let mut config = kube::Config::new(url);
+    let agent = format!(
+        "{}/{} (nodes)",
+        crate::faults::SANDBOX_USER_AGENT,
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Ok(value) = axum::http::HeaderValue::from_str(&agent) {
+        config.headers.push((axum::http::header::USER_AGENT, value));
+    }
+    kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
 }
 
 /// A running simulated cluster.
@@ -74,6 +87,7 @@ impl Sandbox {
         let app = App {
             store: store.clone(),
             addr,
+            faults: Arc::new(crate::faults::Injector::new(opts.faults.clone())),
         };
         let router = server::router(app);
         let mut tasks = vec![tokio::spawn(async move {

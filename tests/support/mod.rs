@@ -176,6 +176,17 @@ impl Env {
 
     /// Like [`Env::start`], optionally without the operator.
     pub async fn start_with(ground: Ground, test: &str, operator: bool) -> Option<Env> {
+        Self::start_full(ground, test, operator, &[]).await
+    }
+
+    /// Like [`Env::start_with`], with extra flags for the sandbox process (ignored on the real
+    /// ground), e.g. `["--faults", "server-errors=0.2"]`.
+    pub async fn start_full(
+        ground: Ground,
+        test: &str,
+        operator: bool,
+        sandbox_flags: &[&str],
+    ) -> Option<Env> {
         let dir = tempfile::tempdir().expect("temp dir");
         let suffix: u32 = rand::random::<u32>() % 100_000;
         let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
@@ -210,6 +221,7 @@ impl Env {
                         "--kubeconfig-out",
                     ])
                     .arg(&kc)
+                    .args(sandbox_flags)
                     .arg(root().join("crds/habitat.yaml"))
                     .stdout(Stdio::null())
                     .stderr(log)

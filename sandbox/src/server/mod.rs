@@ -8,9 +8,10 @@ pub mod table;
 pub mod watch;
 
 use crate::error::ApiError;
+use crate::faults::Injected;
 use crate::store::Store;
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use route::Route;
@@ -26,6 +27,8 @@ pub struct App {
     pub store: Arc<Store>,
     /// The listen address (for `/api` serverAddressByClientCIDRs).
     pub addr: SocketAddr,
+    /// Injected faults (none by default).
+    pub faults: Arc<crate::faults::Injector>,
 }
 
 /// Build the router.
@@ -102,6 +105,9 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
         body,
     };
     tracing::debug!(method = %r.method, %path, "request");
+    if path == "/debug/faults" {
+        return json_response(200, &app.faults.counts());
+    }
     let Some(route) = route::parse(&path) else {
         return ApiError::no_route().into_response();
     };
@@ -132,9 +138,40 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
                 None => ApiError::no_route().into_response(),
             }
         }
-        Route::Object(p) => match resource::handle(&app, p, r).await {
-            Ok(resp) => resp,
-            Err(e) => e.into_response(),
-        },
+        Route::Object(p) => {
+            let hit = app.faults.faults.applies_to(r.header("user-agent"));
+            let watch = r.flag("watch");
+            if hit {
+                tokio::time::sleep(app.faults.latency()).await;
+                let what = (
+                    p.group.as_str(),
+                    p.plural.as_str(),
+                    p.name.as_deref().unwrap_or_default(),
+                );
+                let rv = r.query.get("resourceVersion").map(String::as_str);
+                match app.faults.choose(&r.method, watch, rv, what) {
+                    Some(Injected::Error(e, retry_after)) => {
+                        let mut resp = e.into_response();
+                        if let Some(secs) = retry_after {
+                            resp.headers_mut()
+                                .insert("retry-after", HeaderValue::from(secs));
+                        }
+                        return resp;
+                    }
+                    Some(Injected::WatchExpired(e)) => return watch::error_event(&e),
+                    None => {}
+                }
+            }
+            let resp = match resource::handle(&app, p, r).await {
+                Ok(resp) => resp,
+                Err(e) => e.into_response(),
+            };
+            match app.faults.faults.watch_cut {
+                Some(after) if hit && watch && resp.status().is_success() => {
+                    watch::cut_after(resp, after, app.faults.clone())
+                }
+                _ => resp,
+            }
+        }
     }
 }

@@ -57,6 +57,42 @@ pub fn serve(store: Arc<Store>, rt: ResourceType, params: WatchParams) -> Respon
         .unwrap_or_default()
 }
 
+/// A watch answered with one ERROR event carrying `e` (how kube-apiserver reports a 410 on a
+/// watch: status 200, then the Status as the stream's only event).
+pub fn error_event(e: &ApiError) -> Response {
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(line("ERROR", &e.to_status())))
+        .unwrap_or_default()
+}
+
+/// `resp`'s body, aborted `after` it starts (an injected fault: the connection is cut
+/// mid-stream, without the final chunk, as a dropped connection looks to the client).
+pub fn cut_after(
+    resp: Response,
+    after: Duration,
+    faults: Arc<crate::faults::Injector>,
+) -> Response {
+    use futures::StreamExt;
+    let (parts, body) = resp.into_parts();
+    let deadline = tokio::time::Instant::now() + after;
+    let stream = body.into_data_stream();
+    let cut = futures::stream::unfold(Some(stream), move |state| {
+        let faults = faults.clone();
+        async move {
+            let mut s = state?;
+            tokio::select! {
+                item = s.next() => item.map(|i| (i.map_err(std::io::Error::other), Some(s))),
+                _ = tokio::time::sleep_until(deadline) => {
+                    faults.count_cut();
+                    Some((Err(std::io::Error::other("watch cut by an injected fault")), None))
+                }
+            }
+        }
+    });
+    Response::from_parts(parts, Body::from_stream(cut))
+}
+
 struct Watcher {
     rt: ResourceType,
     p: WatchParams,
