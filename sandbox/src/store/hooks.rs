@@ -79,12 +79,12 @@ impl Inner {
 
     /// Validation of built-in kinds and of every object's name and labels, and the
     /// defaults an update gets. Called by [`Inner::admit`] for writes of the main resource.
-    fn admit_builtin(
+    fn builtin_causes(
         &self,
         rt: &ResourceType,
         obj: &mut Value,
         old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    ) -> Vec<crate::validation::Cause> {
         let mut causes = match old {
             None => names::name_causes(
                 &rt.group,
@@ -104,17 +104,7 @@ impl Inner {
             }
             causes.extend(rules::check(&rt.group, &rt.plural, obj, old));
         }
-        if causes.is_empty() {
-            return Ok(());
-        }
-        // Events of events.k8s.io are validated as core ones, and named so.
-        let group = if rt.is_event() { "" } else { rt.group.as_str() };
-        Err(ApiError::invalid_fields(
-            group,
-            &rt.kind,
-            meta::name(obj),
-            &causes,
-        ))
+        causes
     }
 
     /// Admission: CRD checks and status; custom resource pruning, defaulting and validation
@@ -143,20 +133,38 @@ impl Inner {
         if rt.group.is_empty() && rt.plural == "secrets" {
             fold_string_data(&mut obj);
         }
-        if !status && self.checked {
-            self.admit_builtin(rt, &mut obj, old)?;
-        }
+        let mut causes = if !status && self.checked {
+            self.builtin_causes(rt, &mut obj, old)
+        } else {
+            vec![]
+        };
+        // Events of events.k8s.io are validated as core ones, and named so.
+        let group = if rt.is_event() { "" } else { rt.group.as_str() };
+        let name = meta::name(&obj).to_string();
+        let invalid =
+            |causes: &[validation::Cause]| ApiError::invalid_fields(group, &rt.kind, &name, causes);
         let Some(schema) = self.crd_schema(rt) else {
-            return Ok(obj);
+            return if causes.is_empty() {
+                Ok(obj)
+            } else {
+                Err(invalid(&causes))
+            };
         };
         let scope = if status {
             validation::Scope::Status
         } else {
             validation::Scope::Object
         };
-        let name = meta::name(&obj).to_string();
-        validation::admit(schema, obj, old, scope)
-            .map_err(|causes| ApiError::invalid_fields(&rt.group, &rt.kind, &name, &causes))
+        // A bad name does not stop the schema and its CEL rules: the real server reports both,
+        // the name first.
+        match validation::admit(schema, obj, old, scope) {
+            Ok(obj) if causes.is_empty() => Ok(obj),
+            Ok(_) => Err(invalid(&causes)),
+            Err(more) => {
+                causes.extend(more);
+                Err(invalid(&causes))
+            }
+        }
     }
 
     /// The `openAPIV3Schema` of a custom resource's version, from its CRD.
