@@ -74,6 +74,12 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
             tracing::error!(error = %e, "metrics endpoint stopped");
         }
     });
+    tokio::spawn(server::probe_api(
+        client.clone(),
+        args.namespace.clone(),
+        health.api_reachable.clone(),
+        health.api_back.clone(),
+    ));
     tracing::info!(addr = %args.metrics_addr, version = env!("CARGO_PKG_VERSION"), "habitat-operator starting");
 
     let settings = Settings {
@@ -89,6 +95,7 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
         metrics,
         health.habitats.clone(),
         health.synced.clone(),
+        health.api_back.clone(),
         async move {
             let _ = stop.wait_for(|n| *n >= 1).await;
         },

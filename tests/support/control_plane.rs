@@ -26,6 +26,9 @@ pub struct ControlPlane {
     dir: PathBuf,
     admin_kubeconfig: PathBuf,
     operator_kubeconfig: PathBuf,
+    /// The running processes and how each was started, for [`ControlPlane::stop_apiserver`] and
+    /// the like (filled once start-up succeeded).
+    procs: std::sync::Mutex<Option<Procs>>,
 }
 
 impl ControlPlane {
@@ -162,6 +165,8 @@ struct Procs {
     dir: PathBuf,
     pgid: Option<u32>,
     children: Vec<(Child, &'static str, PathBuf)>,
+    /// How each process was started: name, binary, arguments (to start it again).
+    commands: Vec<(&'static str, PathBuf, Vec<String>)>,
 }
 
 impl Procs {
@@ -171,7 +176,12 @@ impl Procs {
         use std::io::Write;
         use std::os::unix::process::CommandExt;
         let log_path = self.dir.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).map_err(|e| format!("{name}.log: {e}"))?;
+        // Appended to: a process started again keeps its earlier log.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("{name}.log: {e}"))?;
         let err = log.try_clone().map_err(|e| format!("{name}.log: {e}"))?;
         let child = Command::new(bin)
             .args(args)
@@ -190,6 +200,9 @@ impl Procs {
             .map_err(|e| format!("pids: {e}"))?;
         writeln!(pids, "{}", child.id()).map_err(|e| format!("pids: {e}"))?;
         self.children.push((child, name, log_path));
+        if !self.commands.iter().any(|(n, ..)| *n == name) {
+            self.commands.push((name, bin.to_path_buf(), args.to_vec()));
+        }
         Ok(())
     }
 
@@ -241,6 +254,7 @@ fn attempt(assets: &Path) -> Result<ControlPlane, String> {
         dir: dir.clone(),
         pgid: None,
         children: Vec::new(),
+        commands: Vec::new(),
     };
     let cp = match launch(assets, &dir, &mut procs, began) {
         Ok(cp) => cp,
@@ -256,6 +270,7 @@ fn attempt(assets: &Path) -> Result<ControlPlane, String> {
         dir.display(),
         cp.admin_kubeconfig.display()
     );
+    *cp.procs.lock().unwrap_or_else(|e| e.into_inner()) = Some(procs);
     Ok(cp)
 }
 
@@ -427,6 +442,7 @@ fn launch(
         dir: dir.to_path_buf(),
         admin_kubeconfig: dir.join("admin.kubeconfig"),
         operator_kubeconfig: dir.join("operator.kubeconfig"),
+        procs: std::sync::Mutex::new(None),
     })
 }
 
@@ -675,4 +691,147 @@ pub fn leader_election_rbac_in(namespace: &str) -> Result<String, String> {
 /// A kubeconfig for `token`, on the control plane at `url` (whose certificate is `ca`).
 pub fn token_kubeconfig(url: &str, ca: &Path, user: &str, token: &str) -> String {
     kubeconfig(url, ca, user, token)
+}
+
+/// A control plane of one test's own, for tests that stop and start its processes (which must
+/// not share the test binary's control plane with other tests). Stopped and removed on Drop, and
+/// by the watchdog should the test binary be killed first.
+pub struct PrivateControlPlane(ControlPlane);
+
+impl std::ops::Deref for PrivateControlPlane {
+    type Target = ControlPlane;
+    fn deref(&self) -> &ControlPlane {
+        &self.0
+    }
+}
+
+impl Drop for PrivateControlPlane {
+    fn drop(&mut self) {
+        let procs = self
+            .0
+            .procs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(procs) = procs {
+            procs.abort();
+        }
+    }
+}
+
+/// How long a stopped process may take to exit before it is killed. kube-apiserver, sent
+/// SIGTERM, answers not-ready at once but holds its watches open for ~20 s (measured); the grace
+/// is shorter, so that a stop is an outage of about the length a test asks for.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ControlPlane {
+    /// A control plane of the caller's own (not [`ControlPlane::shared`]'s), started now. None
+    /// when `KUBEBUILDER_ASSETS` is unset or lacks a binary; with `HABITAT_REQUIRE_APISERVER=1`
+    /// that panics instead. Callable from inside a tokio runtime.
+    pub fn start_private() -> Option<PrivateControlPlane> {
+        let assets = assets()?;
+        let cp = std::thread::spawn(move || start(&assets))
+            .join()
+            .unwrap_or_else(|_| Err("the control plane's start-up thread panicked".into()))
+            .unwrap_or_else(|e| panic!("the private control plane did not start: {e}"));
+        Some(PrivateControlPlane(cp))
+    }
+
+    /// Stops kube-apiserver (SIGTERM, SIGKILL after 5 s) and waits until it has exited.
+    pub async fn stop_apiserver(&self) -> Result<(), String> {
+        self.stop("kube-apiserver").await
+    }
+
+    /// Starts kube-apiserver again, as it was started (same port, etcd, certificates and
+    /// tokens), and waits until its `/readyz` answers `ok`.
+    pub async fn start_apiserver(&self) -> Result<(), String> {
+        self.respawn("kube-apiserver")?;
+        self.wait_api_ready("kube-apiserver to serve again").await
+    }
+
+    /// Stops etcd (SIGTERM, SIGKILL after 5 s) and waits until it has exited.
+    pub async fn stop_etcd(&self) -> Result<(), String> {
+        self.stop("etcd").await
+    }
+
+    /// Starts etcd again, as it was started (same data directory and ports), and waits until
+    /// kube-apiserver's `/readyz` (which checks etcd) answers `ok`.
+    pub async fn start_etcd(&self) -> Result<(), String> {
+        self.respawn("etcd")?;
+        self.wait_api_ready("kube-apiserver to be ready on the restarted etcd")
+            .await
+    }
+
+    /// Stops etcd, waits `down`, starts it again.
+    pub async fn restart_etcd(&self, down: Duration) -> Result<(), String> {
+        self.stop_etcd().await?;
+        tokio::time::sleep(down).await;
+        self.start_etcd().await
+    }
+
+    /// SIGTERM to the running process `name`, then waits for it (SIGKILL after
+    /// [`STOP_TIMEOUT`]).
+    async fn stop(&self, name: &str) -> Result<(), String> {
+        let mut child = {
+            let mut guard = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+            let procs = guard.as_mut().ok_or("the control plane has no processes")?;
+            let at = procs
+                .children
+                .iter_mut()
+                .position(|(c, n, _)| *n == name && matches!(c.try_wait(), Ok(None)))
+                .ok_or_else(|| format!("{name} is not running"))?;
+            procs.children.remove(at).0
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let began = Instant::now();
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Ok(());
+            }
+            if began.elapsed() > STOP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts `name` again with the command it was first started with, in the control plane's
+    /// process group (so the watchdog stops it too), its log appended to.
+    fn respawn(&self, name: &str) -> Result<(), String> {
+        let mut guard = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        let procs = guard.as_mut().ok_or("the control plane has no processes")?;
+        let (name, bin, args) = procs
+            .commands
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .cloned()
+            .ok_or_else(|| format!("{name} was never started"))?;
+        procs.spawn(name, &bin, &args)
+    }
+
+    /// Polls the API server's `/readyz` until it answers `ok`, or fails after
+    /// [`START_TIMEOUT`] naming `what`, or as soon as a process has exited.
+    async fn wait_api_ready(&self, what: &str) -> Result<(), String> {
+        let began = Instant::now();
+        let admin = client(&self.admin_kubeconfig).await?;
+        loop {
+            if get(&admin, "/readyz").await.as_deref() == Some("ok") {
+                return Ok(());
+            }
+            {
+                let mut guard = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(procs) = guard.as_mut() {
+                    procs.check()?;
+                }
+            }
+            if began.elapsed() > START_TIMEOUT {
+                return Err(format!("waited {START_TIMEOUT:?} for {what}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

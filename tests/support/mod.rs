@@ -103,7 +103,12 @@ pub enum Ground {
 /// The real control plane's CRD, installed once per test binary.
 fn install_crd_once(kubeconfig: &Path) {
     static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
+    DONE.get_or_init(|| install_crd(kubeconfig));
+}
+
+/// Installs the CRD on the control plane of `kubeconfig` and waits until it is established.
+fn install_crd(kubeconfig: &Path) {
+    {
         let crd = root().join("crds/habitat.yaml");
         for args in [
             vec!["apply", "-f", crd.to_str().unwrap_or_default()],
@@ -126,7 +131,7 @@ fn install_crd_once(kubeconfig: &Path) {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-    });
+    }
 }
 
 /// One test's world.
@@ -176,7 +181,7 @@ impl Env {
 
     /// Like [`Env::start`], optionally without the operator.
     pub async fn start_with(ground: Ground, test: &str, operator: bool) -> Option<Env> {
-        Self::start_full(ground, test, operator, &[]).await
+        Self::start_in(ground, test, operator, None, &[]).await
     }
 
     /// Like [`Env::start_with`], with extra flags for the sandbox process (ignored on the real
@@ -187,6 +192,24 @@ impl Env {
         operator: bool,
         sandbox_flags: &[&str],
     ) -> Option<Env> {
+        Self::start_in(ground, test, operator, None, sandbox_flags).await
+    }
+
+    /// Like [`Env::start_with`] on the real ground, on the control plane `cp` (a private one,
+    /// [`control_plane::ControlPlane::start_private`]) instead of the test binary's shared one.
+    pub async fn start_on(cp: &control_plane::ControlPlane, test: &str, operator: bool) -> Env {
+        Self::start_in(Ground::Real, test, operator, Some(cp), &[])
+            .await
+            .expect("a given control plane is always available")
+    }
+
+    async fn start_in(
+        ground: Ground,
+        test: &str,
+        operator: bool,
+        private: Option<&control_plane::ControlPlane>,
+        sandbox_flags: &[&str],
+    ) -> Option<Env> {
         let dir = tempfile::tempdir().expect("temp dir");
         let suffix: u32 = rand::random::<u32>() % 100_000;
         let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
@@ -195,6 +218,16 @@ impl Env {
             .collect::<String>();
         let external = std::env::var_os("HABITAT_E2E_KUBECONFIG").map(PathBuf::from);
         let (kubeconfig, operator_kubeconfig, sandbox, real) = match (ground, external) {
+            (Ground::Real, _) if private.is_some() => {
+                let cp = private.expect("checked");
+                install_crd(cp.admin_kubeconfig());
+                (
+                    cp.admin_kubeconfig().to_path_buf(),
+                    cp.operator_kubeconfig().to_path_buf(),
+                    None,
+                    true,
+                )
+            }
             (Ground::Real, Some(k)) => (k.clone(), k, None, true),
             (Ground::Real, None) => {
                 let Some(cp) = control_plane::ControlPlane::shared() else {
@@ -264,7 +297,9 @@ impl Env {
         env.apply_yaml(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
         ));
-        if ground == Ground::Real && std::env::var_os("HABITAT_E2E_KUBECONFIG").is_none() {
+        if ground == Ground::Real
+            && (private.is_some() || std::env::var_os("HABITAT_E2E_KUBECONFIG").is_none())
+        {
             env.apply_yaml(
                 &control_plane::leader_election_rbac_in(&namespace)
                     .expect("the leader-election RBAC of deploy/base"),
