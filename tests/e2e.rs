@@ -18,18 +18,7 @@ async fn every_example_reaches_ready(ground: Ground) {
     require_kubectl!();
     let env = env_on!(ground, "examples");
     let mut names = Vec::new();
-    for example in [
-        "standalone",
-        "leader",
-        "bind",
-        "config",
-        "bind-config",
-        "encrypted",
-        "generated-ring",
-        "persisted",
-        "files",
-        "env-vars",
-    ] {
+    for example in support::NAMESPACE_EXAMPLES {
         env.apply_example(example);
     }
     for h in env

@@ -25,19 +25,6 @@ const RULES: &str = "deploy/prometheus/habitat-operator-rules.yml";
 const RULES_TEST: &str = "deploy/prometheus/habitat-operator-rules_test.yml";
 const PROMETHEUS_RULE: &str = "deploy/prometheus/prometheusrule.yaml";
 
-/// The examples applied in the test's namespace: all but `namespaced`, which names its own.
-const EXAMPLES: [&str; 10] = [
-    "standalone",
-    "leader",
-    "bind",
-    "config",
-    "bind-config",
-    "encrypted",
-    "generated-ring",
-    "persisted",
-    "files",
-    "env-vars",
-];
 /// How long Prometheus gets to start and to collect enough samples for `rate()`.
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(45);
 /// How long one panel query may keep returning nothing before it counts as broken.
@@ -414,7 +401,7 @@ async fn every_dashboard_query_returns_data(ground: Ground) {
     let namespace = env.namespace.clone();
 
     // The examples, Ready, and the operator's gauge saying so.
-    for example in EXAMPLES {
+    for example in support::NAMESPACE_EXAMPLES {
         env.apply_example(example);
     }
     let names: Vec<String> = env

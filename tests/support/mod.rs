@@ -90,6 +90,20 @@ pub fn free_port() -> u16 {
         .unwrap_or(18099)
 }
 
+/// The examples that go into a test's namespace: all but `namespaced`, which names its own.
+pub const NAMESPACE_EXAMPLES: [&str; 10] = [
+    "standalone",
+    "leader",
+    "bind",
+    "config",
+    "bind-config",
+    "encrypted",
+    "generated-ring",
+    "persisted",
+    "files",
+    "env-vars",
+];
+
 /// Where a scenario runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ground {
