@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 use habitat_operator::api::Habitat;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -38,26 +37,7 @@ async fn client(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// `kubectl --kubeconfig KC ARGS`: success, stdout, stderr.
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(kubeconfig, args);
-    assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-    out
-}
+use support::{kubectl_at as kubectl, kubectl_at_ok as kubectl_ok};
 
 #[tokio::test]
 async fn the_control_plane_starts_and_the_operator_user_is_not_admin() {

@@ -141,18 +141,7 @@ spec:
 
 /// Runs kubectl without a namespace; panics when it fails.
 fn kubectl_cluster(env: &support::Env, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::kubectl_at_ok(&env.kubeconfig, args)
 }
 
 /// A PersistentVolume pre-bound to `persistent-redis-0` of `ns`, so that claim is Bound (the

@@ -407,21 +407,7 @@ async fn kubectl_apply_k_deploy_installs_the_base() {
         eprintln!("skipped: no KUBEBUILDER_ASSETS");
         return;
     };
-    let kubectl = |args: &[&str]| {
-        let out = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(cp.admin_kubeconfig())
-            .args(args)
-            .output()
-            .expect("kubectl");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let kubectl = |args: &[&str]| support::kubectl_at_ok(cp.admin_kubeconfig(), args);
     let deploy = support::root().join("deploy");
     kubectl(&["apply", "-k", deploy.to_str().expect("UTF-8")]);
     kubectl(&[

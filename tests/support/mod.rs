@@ -133,17 +133,7 @@ fn install_crd(kubeconfig: &Path) {
                 "crd/habitats.habitat.sh",
             ],
         ] {
-            let out = Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(&args)
-                .output()
-                .expect("kubectl runs");
-            assert!(
-                out.status.success(),
-                "kubectl {args:?} failed on the real control plane: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            kubectl_at_ok(kubeconfig, &args);
         }
     }
 }
@@ -386,18 +376,11 @@ impl Env {
 
     /// Runs kubectl in the test namespace and returns (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["-n", &self.namespace])
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let namespaced: Vec<&str> = ["-n", self.namespace.as_str()]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        kubectl_at(&self.kubeconfig, &namespaced)
     }
 
     /// Runs kubectl and panics with its output when it fails.
@@ -536,6 +519,28 @@ impl Drop for Env {
             let _ = self.kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
         }
     }
+}
+
+/// `kubectl --kubeconfig KUBECONFIG ARGS` (no namespace): (success, stdout, stderr).
+pub fn kubectl_at(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`kubectl_at`], panicking with kubectl's output when it fails; returns stdout.
+pub fn kubectl_at_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let (ok, out, err) = kubectl_at(kubeconfig, args);
+    assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+    out
 }
 
 /// A client for the kubeconfig at `path`.
