@@ -383,7 +383,7 @@ fn check(h: &Value, what: &str, out: &mut Converted) {
     };
     match serde_json::from_value::<Habitat>(json) {
         Ok(h) => {
-            if let Some(p) = crate::validate::problem(&h) {
+            if let Some(p) = crate::api::validate::problem(&h) {
                 out.problems.push(format!("{what}: {p}"));
             }
         }

@@ -3,6 +3,12 @@
 // Each `printcolumn(...)` repeats `type_ = ...`; clippy reads them as one duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod convert;
+pub mod validate;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::EnvVar;

@@ -6,7 +6,7 @@ use crate::api::{
     Habitat, MAX_BINDS, MAX_HABITAT_NAME_LEN, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN,
     MAX_PATH_LEN, MAX_RING_NAME_LEN,
 };
-use crate::build::ring_key::KeyName;
+use crate::children::ring_key::KeyName;
 use kube::ResourceExt;
 
 /// The problem with `metadata.name`: it names a Service (a DNS-1035 label) and is the prefix of
@@ -309,7 +309,7 @@ pub fn problem(h: &Habitat) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
+    use crate::api::fixtures::{habitat, HabitatFixture};
 
     #[test]
     fn a_valid_spec_has_no_problem() {
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn what_children_or_the_supervisor_could_not_take_is_a_problem() {
-        // Found by the property test of src/build/props.rs: each of these passed before and
+        // Found by the property test of src/children/props.rs: each of these passed before and
         // built a child Kubernetes refuses or a malformed supervisor argument.
         let named = |name: &str| {
             let mut h = habitat();

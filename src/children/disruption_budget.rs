@@ -28,7 +28,7 @@ pub fn disruption_budget(h: &Habitat) -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
+    use crate::api::fixtures::{habitat, HabitatFixture};
 
     #[test]
     fn the_budget_allows_one_unavailable_member_of_this_habitat() {

@@ -8,8 +8,6 @@ pub mod service;
 pub mod statefulset;
 
 #[cfg(test)]
-pub(crate) mod fixtures;
-#[cfg(test)]
 mod props;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

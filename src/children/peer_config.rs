@@ -42,7 +42,7 @@ pub fn peer_config(h: &Habitat, addresses: &[String]) -> ConfigMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::habitat;
+    use crate::api::fixtures::habitat;
 
     #[test]
     fn the_peer_config_holds_addresses_one_per_line_without_blank_lines() {

@@ -1,4 +1,4 @@
-//! Property tests: any spec the CRD admits and [`crate::validate::problem`] accepts builds
+//! Property tests: any spec the CRD admits and [`crate::api::validate::problem`] accepts builds
 //! children whose names, labels and arguments Kubernetes and the supervisor accept.
 //!
 //! The generators stay within the CRD's bounds and rules (lengths, the rules' regular
@@ -14,8 +14,8 @@ use proptest::prelude::*;
 
 use super::ring_key::{self, KeyName};
 use super::{peer_config, workload};
+use crate::api::validate::problem;
 use crate::api::{Bind, Habitat, HabitatSpec, PersistentStorage, RingSpec, ServiceSpec, Topology};
-use crate::validate::problem;
 
 // ---- What Kubernetes requires -------------------------------------------------------------
 

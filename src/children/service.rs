@@ -58,7 +58,7 @@ fn ports() -> Vec<ServicePort> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::habitat;
+    use crate::api::fixtures::habitat;
 
     #[test]
     fn the_headless_service_publishes_every_pod_on_gateway_and_gossip_ports() {

@@ -94,8 +94,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
-    use crate::build::statefulset::statefulset;
+    use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::children::statefulset::statefulset;
 
     #[test]
     fn the_fingerprint_follows_the_spec() {

@@ -12,16 +12,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::api::{Habitat, LABEL_LEADER, LABEL_RING};
-use crate::apply::{apply, delete, FIELD_MANAGER};
-use crate::build::peer_config::peer_config;
-use crate::build::ring_key::{self, KeyName};
-use crate::build::Workload;
-use crate::context::Context;
+use crate::children::peer_config::peer_config;
+use crate::children::ring_key::{self, KeyName};
+use crate::children::Workload;
+use crate::cluster::apply::{apply, delete, FIELD_MANAGER};
+use crate::cluster::events::Note;
 use crate::error::Error;
-use crate::events::Note;
-use crate::observe::Snapshot;
-use crate::ring::{check_secret, KeyState};
-use crate::{leader, rollout};
+use crate::reconcile::context::Context;
+use crate::reconcile::observe::Snapshot;
+use crate::reconcile::ring::{check_secret, KeyState};
+use crate::reconcile::{leader, rollout};
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);

@@ -11,10 +11,10 @@ use kube::runtime::reflector::Store;
 use kube::Client;
 
 use crate::api::Habitat;
-use crate::build::ring_key::KeyName;
-use crate::census::CensusSource;
-use crate::metrics::Metrics;
-use crate::requeue::Backoffs;
+use crate::children::ring_key::KeyName;
+use crate::cluster::census::CensusSource;
+use crate::reconcile::metrics::Metrics;
+use crate::reconcile::requeue::Backoffs;
 
 /// The caches the reconciler reads while observing. It never reads the API server to decide.
 #[derive(Clone)]

@@ -5,9 +5,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::Habitat;
-use crate::census::{CensusSource, Election};
-use crate::observe::LeaderView;
-use crate::peer::{is_running, ordinal, pod_ip};
+use crate::cluster::census::{CensusSource, Election};
+use crate::reconcile::observe::LeaderView;
+use crate::reconcile::peer::{is_running, ordinal, pod_ip};
 
 /// How many supervisors are asked before the census counts as unreachable.
 const MAX_ATTEMPTS: usize = 3;
@@ -50,10 +50,10 @@ pub async fn observe(h: &Habitat, census: &dyn CensusSource, pods: &[Pod]) -> Le
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
-    use crate::census::tests::census_json;
-    use crate::census::{Census, CensusError};
-    use crate::peer::tests::pod;
+    use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::cluster::census::tests::census_json;
+    use crate::cluster::census::{Census, CensusError};
+    use crate::reconcile::peer::tests::pod;
     use futures::future::BoxFuture;
     use std::collections::HashMap;
 

@@ -6,6 +6,18 @@
 //! that garbage collection removes the children (PersistentVolumeClaims and ring keys are not
 //! children and stay).
 
+pub mod act;
+pub mod conditions;
+pub mod context;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod peer;
+pub mod requeue;
+pub mod ring;
+pub mod rollout;
+pub mod status;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,17 +28,17 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
 
-use crate::act::{act, remembered_key};
 use crate::api::{Habitat, Topology, FINALIZER};
-use crate::apply::FIELD_MANAGER;
-use crate::build;
-use crate::conditions::Reason;
-use crate::context::Context;
+use crate::children;
+use crate::cluster::apply::FIELD_MANAGER;
+use crate::cluster::events::{self, Note};
 use crate::error::{Disposition, Error};
-use crate::events::{self, Note};
-use crate::observe::observe;
-use crate::requeue::RESYNC;
-use crate::status::{self, Inputs, Outcome};
+use crate::reconcile::act::{act, remembered_key};
+use crate::reconcile::conditions::Reason;
+use crate::reconcile::context::Context;
+use crate::reconcile::requeue::RESYNC;
+use observe::observe;
+use status::{Inputs, Outcome};
 
 /// Steps one reconcile may take before it yields (each step changes one fact).
 const MAX_STEPS: usize = 16;
@@ -166,7 +178,7 @@ async fn drive(
     h: &Habitat,
     ctx: &Context,
     phase: Phase,
-    snap: &mut crate::observe::Snapshot,
+    snap: &mut observe::Snapshot,
     desired: &mut DesiredWorkload,
 ) -> Pass {
     let mut pass = Pass {
@@ -245,7 +257,7 @@ fn record(
     let since = old
         .last_phase_transition_time
         .as_ref()
-        .map(crate::conditions::from_time);
+        .map(crate::reconcile::conditions::from_time);
     for (i, (from, to)) in pass.transitions.iter().enumerate() {
         // Only the first phase of the pass was entered before it; later ones lasted no time.
         let seconds = if i == 0 {
@@ -278,12 +290,12 @@ fn record(
 /// only, so it is built again only when the key changes, not on every decision.
 #[derive(Default)]
 struct DesiredWorkload {
-    built_for: Option<crate::ring::KeyState>,
-    workload: Option<build::Workload>,
+    built_for: Option<ring::KeyState>,
+    workload: Option<children::Workload>,
 }
 
 impl DesiredWorkload {
-    fn get(&mut self, h: &Habitat, snap: &crate::observe::Snapshot) -> Option<&build::Workload> {
+    fn get(&mut self, h: &Habitat, snap: &observe::Snapshot) -> Option<&children::Workload> {
         if self.built_for.as_ref() != Some(&snap.key) {
             self.workload = workload_for(h, snap);
             self.built_for = Some(snap.key.clone());
@@ -292,10 +304,10 @@ impl DesiredWorkload {
     }
 }
 
-fn workload_for(h: &Habitat, snap: &crate::observe::Snapshot) -> Option<build::Workload> {
+fn workload_for(h: &Habitat, snap: &observe::Snapshot) -> Option<children::Workload> {
     match &snap.key {
-        crate::ring::KeyState::NotRequired => Some(build::workload(h, None)),
-        crate::ring::KeyState::Ready(k) => Some(build::workload(h, Some(k))),
+        ring::KeyState::NotRequired => Some(children::workload(h, None)),
+        ring::KeyState::Ready(k) => Some(children::workload(h, Some(k))),
         _ => None,
     }
 }
@@ -411,10 +423,10 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::census::{CensusSource, HttpCensus};
-    use crate::context::Stores;
-    use crate::metrics::Metrics;
-    use crate::requeue::Backoffs;
+    use crate::cluster::census::{CensusSource, HttpCensus};
+    use crate::reconcile::context::Stores;
+    use crate::reconcile::metrics::Metrics;
+    use crate::reconcile::requeue::Backoffs;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
     use kube::runtime::events::{Recorder, Reporter};
@@ -509,7 +521,7 @@ mod tests {
             .expect("sandbox starts");
         let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
         sandbox.apply_yaml(&crd).await.expect("the CRD installs");
-        let client = crate::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
+        let client = crate::runtime::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
             .await
             .expect("a client");
         let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -519,7 +531,7 @@ mod tests {
             .create(&PostParams::default(), &ns)
             .await
             .expect("namespace created");
-        let mut h = crate::build::fixtures::habitat();
+        let mut h = crate::api::fixtures::habitat();
         h.metadata = kube::api::ObjectMeta {
             name: Some("redis".into()),
             namespace: Some("going".into()),

@@ -10,14 +10,14 @@ use kube::ResourceExt;
 use habitat_machine::Facts;
 
 use crate::api::{Habitat, Topology, LABEL_LEADER, LABEL_NAME, USER_TOML_KEY};
-use crate::apply::is_current;
-use crate::build::peer_config::peer_file_content;
-use crate::build::ring_key::KeyName;
-use crate::build::Workload;
-use crate::census::Election;
-use crate::context::Stores;
-use crate::ring::{self, KeyState};
-use crate::{peer, rollout};
+use crate::children::peer_config::peer_file_content;
+use crate::children::ring_key::KeyName;
+use crate::children::Workload;
+use crate::cluster::apply::is_current;
+use crate::cluster::census::Election;
+use crate::reconcile::context::Stores;
+use crate::reconcile::ring::{self, KeyState};
+use crate::reconcile::{peer, rollout};
 
 /// What the leader census said in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +149,7 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         bound_pods,
         key,
         secret_problem: secret_problem(h, find),
-        spec_problem: crate::validate::problem(h),
+        spec_problem: crate::api::validate::problem(h),
         leader: LeaderView::NotObserved,
         replaced_pod: false,
     }
@@ -315,8 +315,8 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
-    use crate::peer::tests::pod;
+    use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::reconcile::peer::tests::pod;
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     fn outdated_group() -> Snapshot {

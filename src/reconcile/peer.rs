@@ -170,7 +170,8 @@ pub(crate) mod tests {
     #[test]
     fn a_terminating_peer_is_replaced() {
         let mut dying = pod(0, "10.0.0.1", "Running", true);
-        dying.metadata.deletion_timestamp = Some(crate::conditions::to_time(chrono::Utc::now()));
+        dying.metadata.deletion_timestamp =
+            Some(crate::reconcile::conditions::to_time(chrono::Utc::now()));
         let pods = [dying, pod(1, "10.0.0.2", "Running", true)];
         assert_eq!(choose(Some("10.0.0.1"), &pods).as_deref(), Some("10.0.0.2"));
     }

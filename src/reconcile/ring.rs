@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use crate::api::{Habitat, LABEL_RING, RING_KEY_DATA_KEY};
-use crate::build::ring_key::{self, KeyName};
+use crate::children::ring_key::{self, KeyName};
 
 /// The state of a Habitat's ring key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +98,8 @@ pub fn resolve<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::fixtures::{habitat, HabitatFixture};
-    use crate::build::ring_key::{generate, ring_secret};
+    use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::children::ring_key::{generate, ring_secret};
     use chrono::{TimeZone, Utc};
 
     fn secret(ring: &str, minute: u32) -> Secret {

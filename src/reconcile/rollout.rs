@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::LABEL_LEADER;
-use crate::peer::{is_ready, ordinal};
+use crate::reconcile::peer::{is_ready, ordinal};
 
 const REVISION_LABEL: &str = "controller-revision-hash";
 
@@ -66,7 +66,7 @@ pub fn next_replacement(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer::tests::pod;
+    use crate::reconcile::peer::tests::pod;
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     fn sts(update: &str, replicas: i32, ready: i32, updated: i32) -> StatefulSet {

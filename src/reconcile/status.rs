@@ -6,10 +6,10 @@ use habitat_machine::{Blocker, Facts, Phase};
 use kube::ResourceExt;
 
 use crate::api::{Habitat, HabitatStatus, Topology};
-use crate::census::Election;
-use crate::conditions::{self, ConditionType as T, Desired, Reason as R};
-use crate::observe::{LeaderView, Snapshot};
-use crate::ring::KeyState;
+use crate::cluster::census::Election;
+use crate::reconcile::conditions::{self, ConditionType as T, Desired, Reason as R};
+use crate::reconcile::observe::{LeaderView, Snapshot};
+use crate::reconcile::ring::KeyState;
 
 /// How the reconcile ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

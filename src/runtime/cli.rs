@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::telemetry::LogFormat;
+use crate::runtime::telemetry::LogFormat;
 
 /// Runs Chef Habitat services on Kubernetes.
 #[derive(Debug, Parser)]

@@ -15,11 +15,11 @@ use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER, RING_KEY_DATA_KEY};
-use crate::census::{CensusSource, HttpCensus};
-use crate::context::{Context, Stores};
-use crate::metrics::Metrics;
+use crate::cluster::census::{CensusSource, HttpCensus};
+use crate::reconcile::context::{Context, Stores};
+use crate::reconcile::metrics::Metrics;
+use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::{error_policy, reconcile};
-use crate::requeue::Backoffs;
 
 /// How the controller runs.
 #[derive(Debug, Clone)]

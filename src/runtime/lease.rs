@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::conditions::{from_time, to_time};
+use crate::reconcile::conditions::{from_time, to_time};
 
 /// Lease timing.
 #[derive(Debug, Clone)]

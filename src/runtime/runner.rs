@@ -7,11 +7,11 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::cli::RunArgs;
-use crate::controller::{self, Settings};
-use crate::lease::{self, LeaseConfig};
-use crate::metrics::Metrics;
-use crate::server::{self, Health};
+use crate::reconcile::metrics::Metrics;
+use crate::runtime::cli::RunArgs;
+use crate::runtime::controller::{self, Settings};
+use crate::runtime::lease::{self, LeaseConfig};
+use crate::runtime::server::{self, Health};
 
 /// Why the operator could not start.
 #[derive(Debug, thiserror::Error)]

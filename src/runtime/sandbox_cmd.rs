@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use habitat_operator::cli::{RunArgs, SandboxArgs};
-use habitat_operator::runner;
+use habitat_operator::runtime::cli::{RunArgs, SandboxArgs};
+use habitat_operator::runtime::runner;
 use habitat_sandbox::{Options, Sandbox};
 use kube::api::ListParams;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};

@@ -27,7 +27,7 @@ use kube::api::ListParams;
 use kube::runtime::reflector::Store;
 
 use crate::api::Habitat;
-use crate::metrics::Metrics;
+use crate::reconcile::metrics::Metrics;
 
 /// What the endpoints read.
 #[derive(Clone)]

@@ -100,7 +100,7 @@ spec:
             .map(|s| s.claim_template()),
         Some("persistent")
     );
-    assert_eq!(crate::validate::problem(&h), None);
+    assert_eq!(crate::api::validate::problem(&h), None);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Table tests of the StatefulSet builder over spec variants.
 
 use super::*;
-use crate::build::fixtures::{habitat, HabitatFixture};
+use crate::api::fixtures::{habitat, HabitatFixture};
 
 fn args(h: &Habitat, key: Option<&KeyName>) -> Vec<String> {
     statefulset(h, key)
