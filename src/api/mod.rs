@@ -4,6 +4,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod convert;
+pub mod key_name;
 pub mod validate;
 
 #[cfg(test)]

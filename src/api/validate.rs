@@ -2,11 +2,11 @@
 //! say the same to the API server; these hold where those rules are not enforced (older API
 //! servers, the sandbox) and name the field and the fix in the same words.
 
+use crate::api::key_name::KeyName;
 use crate::api::{
     Habitat, MAX_BINDS, MAX_HABITAT_NAME_LEN, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN,
     MAX_PATH_LEN, MAX_RING_NAME_LEN,
 };
-use crate::children::ring_key::KeyName;
 use kube::ResourceExt;
 
 /// The problem with `metadata.name`: it names a Service (a DNS-1035 label) and is the prefix of

@@ -30,7 +30,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use ring_key::KeyName;
+use crate::api::key_name::KeyName;
 
 /// The workload of a Habitat: what `ApplyWorkload` applies.
 #[derive(Debug, Clone)]

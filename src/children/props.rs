@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::Container;
 use kube::api::ObjectMeta;
 use proptest::prelude::*;
 
-use super::ring_key::{self, KeyName};
+use super::ring_key;
 use super::{peer_config, workload};
+use crate::api::key_name::KeyName;
 use crate::api::validate::problem;
 use crate::api::{Bind, Habitat, HabitatSpec, PersistentStorage, RingSpec, ServiceSpec, Topology};
 

@@ -12,12 +12,11 @@ use k8s_openapi::ByteString;
 use rand::rngs::OsRng;
 use rand::RngCore;
 
+use crate::api::key_name::KeyName;
 use crate::api::{LABEL_MANAGED_BY, LABEL_RING, MANAGER, RING_KEY_DATA_KEY};
 
 /// First line of every symmetric ring key file.
 pub const KEY_VERSION: &str = "SYM-SEC-1";
-/// Directory of the supervisor's key cache.
-pub const KEY_CACHE_DIR: &str = "/hab/cache/keys";
 const KEY_BYTES: usize = 32;
 
 /// Why a ring key file cannot be used. Never carries key material.
@@ -43,39 +42,6 @@ pub enum RingKeyError {
     /// The file is not text.
     #[error("the key is not UTF-8 text")]
     Encoding,
-}
-
-/// A ring key name `<ring>-<revision>`, split.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyName {
-    /// The ring, as passed to `--ring`.
-    pub ring: String,
-    /// The 14-digit revision.
-    pub revision: String,
-}
-
-impl KeyName {
-    /// Splits `<ring>-<14 digits>`.
-    pub fn parse(name: &str) -> Option<KeyName> {
-        let (ring, revision) = name.rsplit_once('-')?;
-        let valid = !ring.is_empty()
-            && revision.len() == 14
-            && revision.bytes().all(|b| b.is_ascii_digit());
-        valid.then(|| KeyName {
-            ring: ring.to_string(),
-            revision: revision.to_string(),
-        })
-    }
-
-    /// `<ring>-<revision>`, the Secret's name and the key file's name line.
-    pub fn full(&self) -> String {
-        format!("{}-{}", self.ring, self.revision)
-    }
-
-    /// The key file's path in the supervisor's key cache.
-    pub fn cache_path(&self) -> String {
-        format!("{KEY_CACHE_DIR}/{}.sym.key", self.full())
-    }
 }
 
 /// Checks a key file and returns its name. `secret_name`, when given, must equal the name line.

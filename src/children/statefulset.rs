@@ -15,7 +15,7 @@ use kube::ResourceExt;
 
 use super::child_meta;
 use super::peer_config::{peer_file_path, PEER_DIR};
-use super::ring_key::KeyName;
+use crate::api::key_name::KeyName;
 use crate::api::{Habitat, Topology, LABEL_TOPOLOGY, RING_KEY_DATA_KEY, USER_TOML_KEY};
 
 /// Name of the service container.

@@ -11,9 +11,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::api::key_name::KeyName;
 use crate::api::{Habitat, LABEL_LEADER, LABEL_RING};
 use crate::children::peer_config::peer_config;
-use crate::children::ring_key::{self, KeyName};
+use crate::children::ring_key;
 use crate::children::Workload;
 use crate::cluster::apply::{apply, delete, FIELD_MANAGER};
 use crate::cluster::events::Note;

@@ -10,8 +10,8 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::Client;
 
+use crate::api::key_name::KeyName;
 use crate::api::Habitat;
-use crate::children::ring_key::KeyName;
 use crate::cluster::census::CensusSource;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;

@@ -521,9 +521,12 @@ mod tests {
             .expect("sandbox starts");
         let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
         sandbox.apply_yaml(&crd).await.expect("the CRD installs");
-        let client = crate::runtime::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
-            .expect("a client");
+            .expect("a client configuration");
+        let client = kube::Client::try_from(config).expect("a client");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let mut ns = Namespace::default();
         ns.metadata.name = Some("going".into());

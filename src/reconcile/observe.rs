@@ -9,9 +9,9 @@ use kube::ResourceExt;
 
 use habitat_machine::Facts;
 
+use crate::api::key_name::KeyName;
 use crate::api::{Habitat, Topology, LABEL_LEADER, LABEL_NAME, USER_TOML_KEY};
 use crate::children::peer_config::peer_file_content;
-use crate::children::ring_key::KeyName;
 use crate::children::Workload;
 use crate::cluster::apply::is_current;
 use crate::cluster::census::Election;

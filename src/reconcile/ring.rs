@@ -3,8 +3,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
+use crate::api::key_name::KeyName;
 use crate::api::{Habitat, LABEL_RING, RING_KEY_DATA_KEY};
-use crate::children::ring_key::{self, KeyName};
+use crate::children::ring_key;
 
 /// The state of a Habitat's ring key.
 #[derive(Debug, Clone, PartialEq, Eq)]
