@@ -1,5 +1,5 @@
-//! The API server's error, [`ApiError`] (a `metav1.Status`). The crate-level error of the
-//! [`crate::Sandbox`] API is [`crate::sandbox::Error`], beside what it describes.
+//! The API server's error, [`ApiError`] (a `metav1.Status`), which every layer of the sandbox
+//! may return.
 
 use serde_json::{json, Value};
 
