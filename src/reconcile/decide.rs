@@ -1,7 +1,7 @@
 //! Deciding: everything drawn from a [`Snapshot`] in one place. The desired state (the workload,
 //! the peer file's addresses, the leader labels, the next pod to replace) and the machine's
 //! [`Facts`] are computed here, and [`habitat_machine::decide`] answers the phase and the step.
-//! The snapshot stays plain observed data; [`act`](crate::reconcile::act) performs a step with
+//! The snapshot stays plain observed data; [`act`](mod@crate::reconcile::act) performs a step with
 //! what this module wanted.
 
 use habitat_machine::{decide, Decision, Facts, Phase};

@@ -1,6 +1,6 @@
-//! The reconcile driver: observe (caches, [`observe`]) → decide (the desired state, the facts
-//! and the machine's answer, [`decide`]) → act (one idempotent step, [`act`], repeated while
-//! each succeeds at once) → persist (one status write, only when it differs).
+//! The reconcile driver: observe (caches, [`mod@observe`]) → decide (the desired state, the
+//! facts and the machine's answer, [`mod@decide`]) → act (one idempotent step, [`mod@act`],
+//! repeated while each succeeds at once) → persist (one status write, only when it differs).
 //!
 //! Deletion goes through kube's `finalizer` helper: the same pipeline runs, the machine answers
 //! `Terminating`/`Cleanup`, the status is written, and the helper then releases the finalizer so

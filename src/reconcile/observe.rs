@@ -1,5 +1,5 @@
 //! Observing: a `Snapshot` of one Habitat's world, read from the caches only. Plain data: what
-//! is drawn from it is drawn in [`decide`](crate::reconcile::decide).
+//! is drawn from it is drawn in [`decide`](mod@crate::reconcile::decide).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
