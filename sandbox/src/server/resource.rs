@@ -263,11 +263,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             let opts = DeleteOptions::from_parts(body.as_ref(), &r.query);
             let (labels, fields) = selectors(&r, None)?;
             let mut inner = store.lock();
-            let targets: Vec<Value> = inner
-                .list(&rt, ns)
-                .into_iter()
-                .filter(|o| labels.matches(o) && fields.matches(o))
-                .collect();
+            let targets: Vec<Value> = inner.select(&rt, ns, &labels, &fields);
             let mut items = Vec::new();
             for o in targets {
                 let o_ns = crate::meta::namespace(&o).to_string();
@@ -341,11 +337,7 @@ fn bind(
 fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(r, None)?;
     let inner = app.store.lock();
-    let items: Vec<Value> = inner
-        .list(rt, ns)
-        .into_iter()
-        .filter(|o| labels.matches(o) && fields.matches(o))
-        .collect();
+    let items: Vec<Value> = inner.select(rt, ns, &labels, &fields);
     if r.wants_table() {
         let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
         return Ok(json_response(
