@@ -455,3 +455,6 @@ impl Inner {
         self.rv
     }
 }
+
+#[cfg(test)]
+mod tests;
