@@ -133,40 +133,15 @@ where
     }
 }
 
-/// The objects of a reflector store as JSON values, kept from one pass to the next: only the
-/// objects whose resourceVersion changed since are serialized again.
-#[derive(Default)]
-struct Values {
-    /// uid and resourceVersion of each value, in the order of `values`.
-    keys: Vec<(String, String)>,
-    values: Vec<Value>,
-}
-
-impl Values {
-    fn refresh<K>(&mut self, store: &Store<K>) -> &[Value]
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize,
-    {
-        let mut old: std::collections::HashMap<String, (String, Value)> = self
-            .keys
-            .drain(..)
-            .zip(self.values.drain(..))
-            .map(|((uid, rv), v)| (uid, (rv, v)))
-            .collect();
-        for o in store.state() {
-            let uid = o.uid().unwrap_or_default();
-            let rv = o.resource_version().unwrap_or_default();
-            let value = match old.remove(&uid) {
-                Some((was, v)) if was == rv && !rv.is_empty() => Some(v),
-                _ => serde_json::to_value(&*o).ok(),
-            };
-            if let Some(v) = value {
-                self.keys.push((uid, rv));
-                self.values.push(v);
-            }
-        }
-        &self.values
-    }
+fn values<K>(store: &Store<K>) -> Vec<Value>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|o| serde_json::to_value(&**o).ok())
+        .collect()
 }
 
 impl Nodes {
@@ -196,16 +171,14 @@ impl Nodes {
                 return;
             };
             let mut seen = None;
-            let (mut pod_values, mut cm_values) = (Values::default(), Values::default());
             loop {
                 let now = version.load(Ordering::Relaxed);
                 if let Some(hub) = &loop_hub {
                     if seen == Some(now) {
                         hub.step(None);
                     } else {
-                        let p = pod_values.refresh(&pods);
-                        let c = cm_values.refresh(&config_maps);
-                        hub.step(Some((p, c)));
+                        let (p, c) = (values(&pods), values(&config_maps));
+                        hub.step(Some((&p, &c)));
                     }
                 }
                 seen = Some(now);
