@@ -152,7 +152,10 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
             let items: Vec<Bytes> = inner
                 .select(&w.rt, w.p.namespace.as_deref(), &w.p.labels, &w.p.fields)
                 .into_iter()
-                .map(|o| line("ADDED", &w.render(&inner, o)))
+                .map(|o| match w.p.table {
+                    Some(_) => line("ADDED", &w.render(&inner, o.into_owned())),
+                    None => line("ADDED", &o),
+                })
                 .collect();
             (inner.rv, Ok(items))
         } else {

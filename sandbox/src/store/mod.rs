@@ -23,6 +23,7 @@ use crate::meta;
 use crate::registry::{Registry, ResourceType, StorageKey};
 use crate::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -227,6 +228,19 @@ impl Inner {
         v
     }
 
+    /// The object as served by `rt`, borrowed when that is how it is stored (the usual case:
+    /// a list then costs no copy of its objects).
+    pub fn view_ref<'a>(&self, rt: &ResourceType, stored: &'a Value) -> Cow<'a, Value> {
+        let converted = rt.is_event() && rt.group == "events.k8s.io";
+        if !converted
+            && stored["kind"].as_str() == Some(rt.kind.as_str())
+            && stored["apiVersion"].as_str() == Some(rt.api_version().as_str())
+        {
+            return Cow::Borrowed(stored);
+        }
+        Cow::Owned(self.view(rt, stored))
+    }
+
     /// The stored form of an object written through `rt`.
     fn unview(&self, rt: &ResourceType, obj: Value) -> Value {
         if rt.is_event() && rt.group == "events.k8s.io" {
@@ -304,25 +318,25 @@ impl Inner {
     /// key order. Only the objects of that resource (and namespace) are looked at, and only the
     /// named one when the field selector names one (`metadata.name=`, as a watch of one object
     /// sends); labels are matched before an object is copied.
-    pub fn select(
-        &self,
+    pub fn select<'s>(
+        &'s self,
         rt: &ResourceType,
         ns: Option<&str>,
         labels: &LabelSelector,
         fields: &FieldSelector,
-    ) -> Vec<Value> {
+    ) -> Vec<Cow<'s, Value>> {
         let named = fields
             .0
             .iter()
             .find(|(path, eq, _)| *eq && path == "metadata.name")
             .map(|(_, _, name)| name.as_str());
-        let keep = |o: &Value| {
+        let keep = |o: &'s Value| -> Option<Cow<'s, Value>> {
             // The view only sets apiVersion and kind (labels stay), except for events.k8s.io.
             let converted = rt.is_event() && rt.group == "events.k8s.io";
             if !converted && !labels.matches(o) {
                 return None;
             }
-            let v = self.view(rt, o);
+            let v = self.view_ref(rt, o);
             (labels.matches(&v) && fields.matches(&v)).then_some(v)
         };
         match (named, ns.is_some() || !rt.namespaced) {
@@ -332,10 +346,20 @@ impl Inner {
                 .and_then(|o| keep(o))
                 .into_iter()
                 .collect(),
-            _ => self
-                .raw_list(&rt.storage, ns)
-                .filter_map(|(_, o)| keep(o))
-                .collect(),
+            _ => {
+                let from = ObjKey {
+                    storage: rt.storage.clone(),
+                    namespace: ns.unwrap_or_default().to_string(),
+                    name: String::new(),
+                };
+                self.objects
+                    .range(from..)
+                    .take_while(|(k, _)| {
+                        k.storage == rt.storage && ns.is_none_or(|n| k.namespace == n)
+                    })
+                    .filter_map(|(_, o)| keep(o))
+                    .collect()
+            }
         }
     }
 

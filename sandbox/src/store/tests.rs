@@ -70,11 +70,14 @@ fn lists_are_per_resource_and_namespace_in_name_order() {
     for (n, name) in [("default", "z"), ("b", "a"), ("default", "m"), ("b", "q")] {
         inner.create(&rt, Some(n), cm(name, &[])).expect("create");
     }
-    let names = |v: Vec<Value>| -> Vec<String> {
+    fn names<V: std::borrow::Borrow<Value>>(v: Vec<V>) -> Vec<String> {
         v.iter()
-            .map(|o| format!("{}/{}", meta::namespace(o), meta::name(o)))
+            .map(|o| {
+                let o: &Value = o.borrow();
+                format!("{}/{}", meta::namespace(o), meta::name(o))
+            })
             .collect()
-    };
+    }
     assert_eq!(
         names(inner.list(&rt, None)),
         ["b/a", "b/q", "default/m", "default/z"]
