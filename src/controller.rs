@@ -440,8 +440,10 @@ mod tests {
     #[test]
     fn an_expired_watch_relists_at_once_unless_it_expired_just_before() {
         let gone = || {
-            let mut status = kube::core::Status::default();
-            status.code = 410;
+            let status = kube::core::Status {
+                code: 410,
+                ..Default::default()
+            };
             Err::<watcher::Event<ConfigMap>, _>(watcher::Error::WatchError(Box::new(status)))
         };
         let refused = || Err::<watcher::Event<ConfigMap>, _>(watcher::Error::NoResourceVersion);

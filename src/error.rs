@@ -35,6 +35,8 @@ pub enum Error {
         name: String,
         /// What failed.
         message: String,
+        /// The delay the API server asked for, when it refused the patch with one.
+        retry_after: Option<std::time::Duration>,
     },
     /// The object read from the cache lacks a field every stored object has.
     #[error("the Habitat from the cache has no {0}; this is a bug or a broken API server")]
@@ -73,6 +75,17 @@ impl Error {
             source = s.source();
         }
         truncate(text, max)
+    }
+
+    /// The delay the API server asked for (429 or 503 with Retry-After), if it did.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
+                crate::requeue::retry_after(source)
+            }
+            Error::Finalizer { retry_after, .. } => *retry_after,
+            Error::MissingField(_) => None,
+        }
     }
 
     /// Whether the API server said the object does not exist.
@@ -190,6 +203,7 @@ mod tests {
             Error::Finalizer {
                 name: "x".into(),
                 message: "m".into(),
+                retry_after: None,
             },
             Error::MissingField("metadata.uid"),
         ];

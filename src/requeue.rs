@@ -54,6 +54,14 @@ impl Backoffs {
         state.next_backoff().unwrap_or(self.max).min(self.max)
     }
 
+    /// The next delay for `uid`, and at least `server` (what the API server asked for, see
+    /// [`retry_after`]) up to the cap: a server that sheds load is not asked again sooner than
+    /// it said, and a huge Retry-After does not park an object beyond the cap.
+    pub fn next_at_least(&self, uid: &str, server: Option<Duration>) -> Duration {
+        let delay = self.next(uid);
+        server.map_or(delay, |s| delay.max(s.min(self.max)))
+    }
+
     /// Forgets `uid`'s failures: the next failure starts from the initial delay.
     pub fn reset(&self, uid: &str) {
         self.states
@@ -63,9 +71,78 @@ impl Backoffs {
     }
 }
 
+/// The delay the API server asked for when it refused a request with 429 Too Many Requests or
+/// 503 Service Unavailable. kube-apiserver sends it as the `Retry-After` header and, in the
+/// Status body, as `details.retryAfterSeconds` (`NewTooManyRequests`, and the sandbox's fault
+/// injection, do both); kube's error keeps the body, not the headers, so the body is read.
+/// kube's client already retried such a request a few times (its default retry layer, which
+/// honours the header): an error that still carries it reaches the reconciler's backoff.
+pub fn retry_after(e: &kube::Error) -> Option<Duration> {
+    let kube::Error::Api(s) = e else {
+        return None;
+    };
+    if s.code != 429 && s.code != 503 {
+        return None;
+    }
+    let secs = s.details.as_ref()?.retry_after_seconds;
+    (secs > 0).then(|| Duration::from_secs(secs.into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Status kube-apiserver (and the sandbox's fault injection) answers with `code`.
+    fn refused(code: u16, retry_after_seconds: u32) -> kube::Error {
+        let body = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Too many requests, please try again later.",
+            "reason": if code == 429 { "TooManyRequests" } else { "ServiceUnavailable" },
+            "details": {"retryAfterSeconds": retry_after_seconds},
+            "code": code
+        });
+        kube::Error::Api(Box::new(
+            serde_json::from_value(body).expect("a Status body"),
+        ))
+    }
+
+    #[test]
+    fn retry_after_is_read_from_429_and_503_only() {
+        assert_eq!(retry_after(&refused(429, 3)), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(&refused(503, 1)), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(&refused(500, 3)), None);
+        assert_eq!(retry_after(&refused(409, 3)), None);
+        assert_eq!(retry_after(&refused(429, 0)), None);
+        let no_details = kube::Error::Api(
+            kube::core::Status::failure("slow down", "TooManyRequests")
+                .with_code(429)
+                .boxed(),
+        );
+        assert_eq!(retry_after(&no_details), None);
+    }
+
+    #[test]
+    fn the_requeue_waits_at_least_retry_after_and_at_most_the_cap() {
+        let b = Backoffs::new(Duration::from_millis(100), Duration::from_secs(10));
+        // A first failure backs off ~100 ms; the server asked for 3 s.
+        let d = b.next_at_least("a", retry_after(&refused(429, 3)));
+        assert!(d >= Duration::from_secs(3), "{d:?}");
+        assert!(d <= Duration::from_secs(10), "{d:?}");
+        // Once the backoff has grown past it, the backoff wins.
+        for _ in 0..20 {
+            b.next("b");
+        }
+        let d = b.next_at_least("b", Some(Duration::from_secs(1)));
+        assert!(d > Duration::from_secs(4), "{d:?}");
+        // A Retry-After beyond the cap waits the cap, not longer.
+        let d = b.next_at_least("c", retry_after(&refused(503, 3600)));
+        assert_eq!(d, Duration::from_secs(10));
+        // Without one, the plain backoff.
+        assert!(b.next_at_least("d", None) <= Duration::from_millis(150));
+    }
 
     #[test]
     fn delays_grow_with_jitter_up_to_the_cap_and_reset_on_success() {
