@@ -25,7 +25,6 @@ use crate::context::Context;
 use crate::error::{Disposition, Error};
 use crate::events::{self, Note};
 use crate::observe::observe;
-use crate::requeue::RESYNC;
 use crate::status::{self, Inputs, Outcome};
 
 /// Steps one reconcile may take before it yields (each step changes one fact).
@@ -403,7 +402,7 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => Action::await_change(),
         Outcome::Waiting(_) => {
             ctx.backoffs.reset(uid);
-            Action::requeue(if leader { LEADER_POLL } else { RESYNC })
+            Action::requeue(if leader { LEADER_POLL } else { ctx.resync })
         }
     }
 }
@@ -489,6 +488,7 @@ mod tests {
                 },
             ),
             metrics: Metrics::default(),
+            resync: crate::requeue::RESYNC,
             census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
                 as Arc<dyn CensusSource>,
             backoffs: Backoffs::default(),
