@@ -55,6 +55,7 @@ pub async fn act(
                 statefulset,
                 headless,
                 leader,
+                fingerprints: _,
             }) = workload
             else {
                 return Ok(());

@@ -30,10 +30,15 @@ pub fn fingerprint<T: Serialize>(desired: &T) -> String {
 
 /// Whether a live object's metadata carries the fingerprint of `desired`.
 pub fn is_current<T: Serialize>(live: &ObjectMeta, desired: &T) -> bool {
+    carries(live, &fingerprint(desired))
+}
+
+/// Whether a live object's metadata carries `fingerprint` (of a desired object).
+pub fn carries(live: &ObjectMeta, fingerprint: &str) -> bool {
     live.annotations
         .as_ref()
         .and_then(|a| a.get(FINGERPRINT_ANNOTATION))
-        == Some(&fingerprint(desired))
+        .is_some_and(|f| f == fingerprint)
 }
 
 /// Server-side applies `desired` (stamped with its fingerprint) and returns the live object.

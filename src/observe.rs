@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use habitat_machine::Facts;
 
 use crate::api::{Habitat, Topology, LABEL_LEADER, LABEL_NAME, USER_TOML_KEY};
-use crate::apply::is_current;
+use crate::apply::carries;
 use crate::build::peer_config::peer_file_content;
 use crate::build::ring_key::KeyName;
 use crate::build::Workload;
@@ -288,23 +288,24 @@ impl Snapshot {
     }
 
     fn workload_current(&self, w: &Workload) -> bool {
+        let f = &w.fingerprints;
         let sts = self
             .statefulset
             .as_ref()
-            .is_some_and(|s| is_current(&s.metadata, &w.statefulset));
+            .is_some_and(|s| carries(&s.metadata, &f.statefulset));
         let headless = self
             .headless
             .as_ref()
-            .is_some_and(|s| is_current(&s.metadata, &w.headless));
-        let leader = match &w.leader {
+            .is_some_and(|s| carries(&s.metadata, &f.headless));
+        let leader = match &f.leader {
             Some((svc, pdb)) => {
                 self.leader_service
                     .as_ref()
-                    .is_some_and(|s| is_current(&s.metadata, svc))
+                    .is_some_and(|s| carries(&s.metadata, svc))
                     && self
                         .budget
                         .as_ref()
-                        .is_some_and(|b| is_current(&b.metadata, pdb))
+                        .is_some_and(|b| carries(&b.metadata, pdb))
             }
             None => self.leader_service.is_none() && self.budget.is_none(),
         };
