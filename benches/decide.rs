@@ -13,12 +13,13 @@ use chrono::Utc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use habitat_machine::{decide, Blocker, Phase, Step};
 use habitat_operator::api::{Habitat, LABEL_LEADER};
-use habitat_operator::apply::{fingerprint, FINGERPRINT_ANNOTATION};
-use habitat_operator::build::{self, peer_config::peer_config, Workload};
-use habitat_operator::census::Election;
-use habitat_operator::observe::{LeaderView, Snapshot};
-use habitat_operator::ring::KeyState;
-use habitat_operator::status::{self, Inputs, Outcome};
+use habitat_operator::children::fingerprint;
+use habitat_operator::children::{self, peer_config::peer_config, Workload};
+use habitat_operator::cluster::apply::FINGERPRINT_ANNOTATION;
+use habitat_operator::cluster::census::Election;
+use habitat_operator::reconcile::observe::{LeaderView, Snapshot};
+use habitat_operator::reconcile::ring::KeyState;
+use habitat_operator::reconcile::status::{self, Inputs, Outcome};
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
@@ -93,7 +94,7 @@ struct Settled {
 fn settled(name: &str, topology: &str, count: i32) -> Settled {
     let mut h = habitat(name, topology, count);
     let leader = topology == "leader";
-    let w: Workload = build::workload(&h, None);
+    let w: Workload = children::workload(&h, None);
     let mut sts = live(&w.statefulset);
     sts.status = Some(StatefulSetStatus {
         observed_generation: Some(1),
@@ -150,7 +151,7 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
 /// census when it asks), compute the status; returns the phase and whether a status write is due.
 fn pass(s: &Settled, mut snap: Snapshot) -> (Phase, bool) {
     let h = &s.habitat;
-    let workload = build::workload(h, None);
+    let workload = children::workload(h, None);
     let old = h.status.clone().unwrap_or_default();
     let mut phase: Phase = old
         .phase
@@ -218,11 +219,11 @@ fn benches(c: &mut Criterion) {
     // Its parts, for the leader group.
     let (_, group) = &cases[2];
     let h = &group.habitat;
-    let w = build::workload(h, None);
+    let w = children::workload(h, None);
     let mut observed = group.snapshot.clone();
     observed.leader = group.census.clone().unwrap_or(LeaderView::NotObserved);
     c.bench_function("part: build the workload (leader group)", |b| {
-        b.iter(|| build::workload(black_box(h), None))
+        b.iter(|| children::workload(black_box(h), None))
     });
     c.bench_function("part: facts against the cache (leader group)", |b| {
         b.iter(|| black_box(&observed).facts(h, Some(&w)))

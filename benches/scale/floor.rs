@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use habitat_operator::api::{Habitat, LABEL_NAME, PEER_IP_KEY};
-use habitat_operator::build::{self, peer_config::peer_config, peer_config::peer_file_content};
+use habitat_operator::children::{self, peer_config::peer_config, peer_config::peer_file_content};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -88,7 +88,7 @@ async fn perform(
 ) -> Result<(Option<(String, usize, i64)>, bool), String> {
     match job {
         Job::Children(h) => {
-            let w = build::workload(&h, None);
+            let w = children::workload(&h, None);
             create(
                 Api::<ConfigMap>::namespaced(client.clone(), ns),
                 &peer_config(&h, &[]),
@@ -166,10 +166,10 @@ pub async fn run(
                     continue;
                 };
                 let deleting = pod.metadata.deletion_timestamp.is_some();
-                let ip = habitat_operator::peer::pod_ip(&pod)
-                    .filter(|_| habitat_operator::peer::is_running(&pod) && !deleting)
+                let ip = habitat_operator::reconcile::peer::pod_ip(&pod)
+                    .filter(|_| habitat_operator::reconcile::peer::is_running(&pod) && !deleting)
                     .map(str::to_string);
-                let ready = habitat_operator::peer::is_ready(&pod) && !deleting;
+                let ready = habitat_operator::reconcile::peer::is_ready(&pod) && !deleting;
                 let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
                 p.pods
                     .entry(habitat.clone())
