@@ -141,6 +141,7 @@ impl Measurement {
             "floor_writes_per_habitat": self.floor_writes.map(|w| round(w as f64 / n as f64, 2)),
             "quiet_requests": self.quiet.total,
             "quiet_requests_by_verb": self.quiet.by_verb,
+            "quiet_requests_by_resource": self.quiet.by_resource,
             "quiet_seconds": round(self.quiet_seconds, 1),
             "peak_rss_mib": round(self.peak_rss_mib, 1),
             "cpu_s": round(self.cpu_s, 2),
@@ -202,10 +203,11 @@ impl Measurement {
         row(
             "quiet requests",
             format!(
-                "{} in {:.0} s ({})",
+                "{} in {:.0} s ({}; {})",
                 self.quiet.total,
                 self.quiet_seconds,
-                Breakdown::one_line(&self.quiet.by_verb, 1)
+                Breakdown::one_line(&self.quiet.by_verb, 1),
+                Breakdown::one_line(&self.quiet.by_resource, 1)
             ),
         );
         row("operator peak RSS", format!("{:.1} MiB", self.peak_rss_mib));
