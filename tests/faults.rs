@@ -54,23 +54,6 @@ fn manifest(i: usize) -> String {
     )
 }
 
-/// `(le, cumulative count)` of a histogram in Prometheus text.
-fn buckets(metrics: &str, name: &str) -> Vec<(f64, u64)> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, l.rsplit(' ').next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Owner uid of `o` when a Habitat owns it.
 fn habitat_owner<K: Resource>(o: &K) -> Option<String> {
     o.meta()
@@ -236,7 +219,7 @@ async fn every_habitat_converges_under_injected_api_faults() {
 
     // Backoff: delays grow past the first interval, and none exceeds the cap.
     let metrics = env.metrics();
-    let b = buckets(&metrics, "habitat_operator_requeue_backoff_seconds");
+    let b = support::prometheus::buckets(&metrics, "habitat_operator_requeue_backoff_seconds");
     let count = |le: f64| b.iter().find(|(l, _)| *l >= le).map_or(0, |(_, c)| *c);
     let total = count(f64::INFINITY);
     assert!(total > 0, "no backoff recorded:\n{metrics}");

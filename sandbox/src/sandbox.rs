@@ -110,6 +110,7 @@ impl Sandbox {
             store: store.clone(),
             addr,
             faults: Arc::new(crate::faults::Injector::new(opts.faults.clone())),
+            requests: Arc::default(),
         };
         let router = server::router(app);
         let mut tasks = vec![tokio::spawn(async move {

@@ -41,18 +41,54 @@ pub struct Workload {
     pub headless: Service,
     /// Leader topology: the leader Service and the PodDisruptionBudget.
     pub leader: Option<(Service, PodDisruptionBudget)>,
+    /// The fingerprints of the objects above, computed once: observing compares them with the
+    /// cached children at every decision of a reconcile.
+    pub fingerprints: Fingerprints,
+}
+
+/// A stable fingerprint of a desired object (before it is stamped): the annotation
+/// `cluster::apply` stamps on each child it applies, and observing compares.
+pub fn fingerprint<T: serde::Serialize>(desired: &T) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(desired)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// [`fingerprint`] of each object of a [`Workload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprints {
+    /// Of the StatefulSet.
+    pub statefulset: String,
+    /// Of the headless Service.
+    pub headless: String,
+    /// Of the leader Service and the PodDisruptionBudget.
+    pub leader: Option<(String, String)>,
 }
 
 /// The workload of `h` with the resolved ring key.
 pub fn workload(h: &Habitat, ring_key: Option<&KeyName>) -> Workload {
+    let statefulset = statefulset::statefulset(h, ring_key);
+    let headless = service::headless_service(h);
+    let leader = (h.spec.service.topology == crate::api::Topology::Leader).then(|| {
+        (
+            service::leader_service(h),
+            disruption_budget::disruption_budget(h),
+        )
+    });
+    let fingerprints = Fingerprints {
+        statefulset: fingerprint(&statefulset),
+        headless: fingerprint(&headless),
+        leader: leader
+            .as_ref()
+            .map(|(svc, pdb)| (fingerprint(svc), fingerprint(pdb))),
+    };
     Workload {
-        statefulset: statefulset::statefulset(h, ring_key),
-        headless: service::headless_service(h),
-        leader: (h.spec.service.topology == crate::api::Topology::Leader).then(|| {
-            (
-                service::leader_service(h),
-                disruption_budget::disruption_budget(h),
-            )
-        }),
+        statefulset,
+        headless,
+        leader,
+        fingerprints,
     }
 }

@@ -1,9 +1,7 @@
 //! Writing children: server-side apply under one field manager with force, so every write is
 //! idempotent; a fingerprint annotation tells the observer whether a child matches the spec.
 
-use std::collections::hash_map::DefaultHasher;
 use std::fmt::Debug;
-use std::hash::{Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
@@ -19,21 +17,19 @@ pub const FIELD_MANAGER: &str = "habitat-operator";
 /// Annotation holding the fingerprint of the desired object last applied.
 pub const FINGERPRINT_ANNOTATION: &str = "habitat.sh/applied-fingerprint";
 
-/// A stable fingerprint of a desired object (before it is stamped).
-pub fn fingerprint<T: Serialize>(desired: &T) -> String {
-    let mut hasher = DefaultHasher::new();
-    serde_json::to_string(desired)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
-}
+pub use crate::children::fingerprint;
 
 /// Whether a live object's metadata carries the fingerprint of `desired`.
 pub fn is_current<T: Serialize>(live: &ObjectMeta, desired: &T) -> bool {
+    carries(live, &fingerprint(desired))
+}
+
+/// Whether a live object's metadata carries `fingerprint` (of a desired object).
+pub fn carries(live: &ObjectMeta, fingerprint: &str) -> bool {
     live.annotations
         .as_ref()
         .and_then(|a| a.get(FINGERPRINT_ANNOTATION))
-        == Some(&fingerprint(desired))
+        .is_some_and(|f| f == fingerprint)
 }
 
 /// Server-side applies `desired` (stamped with its fingerprint) and returns the live object.

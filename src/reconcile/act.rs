@@ -58,6 +58,7 @@ pub async fn act(
                 statefulset,
                 headless,
                 leader,
+                fingerprints: _,
             }) = desired.workload
             else {
                 return Ok(());

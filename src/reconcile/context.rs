@@ -45,6 +45,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metric families.
     pub metrics: Metrics,
+    /// How long a settled standalone Habitat waits before it is looked at again unchanged.
+    pub resync: std::time::Duration,
     /// Reads supervisors' censuses.
     pub census: Arc<dyn CensusSource>,
     /// Per-object exponential backoff.

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use crate::api::{Habitat, Topology, LABEL_LEADER, PEER_IP_KEY};
 use crate::children::peer_config::peer_file_content;
 use crate::children::{self, Workload};
-use crate::cluster::apply::is_current;
+use crate::cluster::apply::carries;
 use crate::reconcile::observe::{LeaderView, Snapshot};
 use crate::reconcile::ring::KeyState;
 use crate::reconcile::{peer, rollout};
@@ -172,23 +172,24 @@ fn members_in_census(snap: &Snapshot) -> bool {
 
 /// Whether the live children carry the fingerprints of `w`.
 fn workload_current(snap: &Snapshot, w: &Workload) -> bool {
+    let f = &w.fingerprints;
     let sts = snap
         .statefulset
         .as_ref()
-        .is_some_and(|s| is_current(&s.metadata, &w.statefulset));
+        .is_some_and(|s| carries(&s.metadata, &f.statefulset));
     let headless = snap
         .headless
         .as_ref()
-        .is_some_and(|s| is_current(&s.metadata, &w.headless));
-    let leader = match &w.leader {
+        .is_some_and(|s| carries(&s.metadata, &f.headless));
+    let leader = match &f.leader {
         Some((svc, pdb)) => {
             snap.leader_service
                 .as_ref()
-                .is_some_and(|s| is_current(&s.metadata, svc))
+                .is_some_and(|s| carries(&s.metadata, svc))
                 && snap
                     .budget
                     .as_ref()
-                    .is_some_and(|b| is_current(&b.metadata, pdb))
+                    .is_some_and(|b| carries(&b.metadata, pdb))
         }
         None => snap.leader_service.is_none() && snap.budget.is_none(),
     };

@@ -37,7 +37,6 @@ use crate::error::{Disposition, Error};
 use crate::reconcile::act::{act, remembered_key};
 use crate::reconcile::conditions::Reason;
 use crate::reconcile::context::Context;
-use crate::reconcile::requeue::RESYNC;
 use decide::Decider;
 use observe::observe;
 use status::{Inputs, Outcome};
@@ -381,7 +380,7 @@ fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Acti
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => Action::await_change(),
         Outcome::Waiting(_) => {
             ctx.backoffs.reset(uid);
-            Action::requeue(if leader { LEADER_POLL } else { RESYNC })
+            Action::requeue(if leader { LEADER_POLL } else { ctx.resync })
         }
     }
 }
@@ -467,6 +466,7 @@ mod tests {
                 },
             ),
             metrics: Metrics::default(),
+            resync: crate::reconcile::requeue::RESYNC,
             census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
                 as Arc<dyn CensusSource>,
             backoffs: Backoffs::default(),

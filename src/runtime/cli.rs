@@ -70,6 +70,10 @@ pub struct RunArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Seconds a settled Habitat waits before it is reconciled again without a change (leader
+    /// groups re-read the census every 10 s regardless).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub resync_seconds: u64,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
@@ -86,6 +90,7 @@ impl RunArgs {
             leader_elect: false,
             leader_elect_namespace: None,
             kubeconfig: None,
+            resync_seconds: crate::reconcile::requeue::RESYNC.as_secs(),
             log: LogArgs {
                 log_level: log_level.to_string(),
                 log_format,
@@ -171,6 +176,7 @@ mod tests {
                 "log-level",
                 "metrics-addr",
                 "namespace",
+                "resync-seconds",
                 "version",
                 "workers"
             ]
@@ -196,6 +202,8 @@ mod tests {
             "--log-format",
             "json",
             "--leader-elect",
+            "--resync-seconds",
+            "30",
         ])
         .unwrap();
         let Command::Run(r) = cli.command else {
@@ -204,6 +212,7 @@ mod tests {
         assert_eq!(r.namespace.as_deref(), Some("prod"));
         assert_eq!(r.workers, 8);
         assert!(r.leader_elect);
+        assert_eq!(r.resync_seconds, 30);
         assert_eq!(r.log.log_format, LogFormat::Json);
     }
 

@@ -32,6 +32,8 @@ pub struct Settings {
     pub census_port: u16,
     /// Timeout of one census read.
     pub census_timeout: Duration,
+    /// How long a settled standalone Habitat waits before it is looked at again unchanged.
+    pub resync: Duration,
 }
 
 impl Default for Settings {
@@ -41,6 +43,7 @@ impl Default for Settings {
             workers: 4,
             census_port: 9631,
             census_timeout: Duration::from_secs(2),
+            resync: crate::reconcile::requeue::RESYNC,
         }
     }
 }
@@ -316,6 +319,7 @@ pub async fn run(
             },
         ),
         metrics: metrics.clone(),
+        resync: settings.resync,
         census: Arc::new(HttpCensus::new(
             settings.census_port,
             settings.census_timeout,

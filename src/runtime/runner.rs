@@ -85,6 +85,7 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
     let settings = Settings {
         namespace: args.namespace.clone(),
         workers: args.workers,
+        resync: std::time::Duration::from_secs(args.resync_seconds),
         ..Settings::default()
     };
     let signals = signals();

@@ -339,7 +339,9 @@ fn launch(
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", path("sa.pub")),
             format!("--service-account-signing-key-file={}", path("sa.key")),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // Room for thousands of ClusterIP Services (the scale benchmark's 300 leader
+            // Services at N = 1000 filled a /24).
+            "--service-cluster-ip-range=10.0.0.0/16".into(),
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
             // As OpenShift does: setting blockOwnerDeletion on an owner reference would require
@@ -394,7 +396,7 @@ fn launch(
                 "--use-service-account-credentials=false".into(),
                 format!("--service-account-private-key-file={}", path("sa.key")),
                 format!("--root-ca-file={}", ca.display()),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--service-cluster-ip-range=10.0.0.0/16".into(),
                 "--leader-elect=false".into(),
                 "--kube-api-qps=100".into(),
                 "--kube-api-burst=200".into(),

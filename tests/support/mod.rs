@@ -56,6 +56,7 @@ macro_rules! require_kubectl {
 }
 
 pub mod control_plane;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

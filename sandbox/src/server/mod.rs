@@ -2,6 +2,7 @@
 
 pub mod discovery;
 pub mod openapi;
+pub mod requests;
 mod resource;
 pub mod route;
 pub mod table;
@@ -29,6 +30,8 @@ pub struct App {
     pub addr: SocketAddr,
     /// Injected faults (none by default).
     pub faults: Arc<crate::faults::Injector>,
+    /// Requests served, by client, verb and resource (`GET /debug/requests`).
+    pub requests: Arc<requests::Requests>,
 }
 
 /// Build the router.
@@ -108,6 +111,9 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
     if path == "/debug/faults" {
         return json_response(200, &app.faults.counts());
     }
+    if path == "/debug/requests" {
+        return json_response(200, &app.requests.to_json());
+    }
     let Some(route) = route::parse(&path) else {
         return ApiError::no_route().into_response();
     };
@@ -141,6 +147,8 @@ async fn dispatch(State(app): State<App>, req: Request) -> Response {
         Route::Object(p) => {
             let hit = app.faults.faults.applies_to(r.header("user-agent"));
             let watch = r.flag("watch");
+            app.requests
+                .record(r.header("user-agent"), &r.method, watch, &p);
             if hit {
                 tokio::time::sleep(app.faults.latency()).await;
                 let what = (

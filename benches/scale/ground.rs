@@ -1,0 +1,314 @@
+//! The two grounds: the sandbox's embedded API server with its simulated nodes, and the test
+//! harness's real control plane (etcd, kube-apiserver, kube-controller-manager from
+//! `KUBEBUILDER_ASSETS`) with the simulated nodes as an API client. Each knows how to count what
+//! a client (by User-Agent) asked of the server: the sandbox's own counter, the API server's
+//! audit log.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use habitat_operator::api::Habitat;
+use habitat_sandbox::{nodes, Options, Sandbox};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, CustomResourceExt};
+
+#[path = "../../tests/support/control_plane.rs"]
+#[allow(dead_code)]
+mod control_plane;
+
+use control_plane::{ControlPlane, PrivateControlPlane};
+
+/// Where the benchmark runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sandbox,
+    Real,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Sandbox => "sandbox",
+            Kind::Real => "real",
+        }
+    }
+}
+
+/// Requests of one client, by (verb, resource).
+pub type Counts = BTreeMap<(String, String), u64>;
+
+enum Server {
+    Sandbox(Sandbox),
+    Real {
+        cp: PrivateControlPlane,
+        _nodes: nodes::Nodes,
+    },
+}
+
+/// A running ground: the server, the simulated nodes, and kubeconfigs for the operator.
+pub struct Ground {
+    pub kind: Kind,
+    server: Server,
+    _dir: tempfile::TempDir,
+    /// The kubeconfig the operator process runs with.
+    pub operator_kubeconfig: PathBuf,
+    url: String,
+    /// On the real ground: the kubeconfig of a user in `system:masters`.
+    admin_kubeconfig: Option<PathBuf>,
+}
+
+/// A User-Agent header on `config`.
+fn with_agent(mut config: Config, agent: &str) -> Config {
+    if let Ok(v) = axum::http::HeaderValue::from_str(agent) {
+        config.headers.push((axum::http::header::USER_AGENT, v));
+    }
+    config
+}
+
+async fn kubeconfig_client(path: &Path, agent: &str) -> Result<Client, String> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Client::try_from(with_agent(config, agent)).map_err(|e| e.to_string())
+}
+
+impl Ground {
+    /// Starts a fresh ground of `kind`.
+    pub async fn start(kind: Kind) -> Result<Ground, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("habitat-bench-")
+            .tempdir()
+            .map_err(|e| format!("temporary directory: {e}"))?;
+        match kind {
+            Kind::Sandbox => {
+                let sandbox = Sandbox::start(Options {
+                    pod_ready_delay: Duration::ZERO,
+                    ..Options::default()
+                })
+                .await
+                .map_err(|e| format!("the sandbox did not start: {e}"))?;
+                let kc = dir.path().join("kubeconfig");
+                std::fs::write(&kc, sandbox.kubeconfig_yaml()).map_err(|e| e.to_string())?;
+                let url = sandbox.url();
+                let ground = Ground {
+                    kind,
+                    server: Server::Sandbox(sandbox),
+                    _dir: dir,
+                    operator_kubeconfig: kc,
+                    url,
+                    admin_kubeconfig: None,
+                };
+                ground.install_crd().await?;
+                Ok(ground)
+            }
+            Kind::Real => {
+                let cp = ControlPlane::start_private().ok_or(
+                    "--ground real needs a control plane: set KUBEBUILDER_ASSETS to a directory \
+                     holding etcd, kube-apiserver and kube-controller-manager (see README.md, \
+                     A real control plane)",
+                )?;
+                let admin =
+                    kubeconfig_client(cp.admin_kubeconfig(), "habitat-sandbox/bench (nodes)")
+                        .await?;
+                let nodes = nodes::Nodes::start(
+                    admin,
+                    nodes::Options {
+                        simulate_supervisors: true,
+                        pod_ready_delay: Duration::ZERO,
+                        namespace: None,
+                    },
+                )
+                .await
+                .map_err(|e| format!("the simulated nodes did not start: {e}"))?;
+                let ground = Ground {
+                    kind,
+                    operator_kubeconfig: cp.operator_kubeconfig().to_path_buf(),
+                    url: cp.url().to_string(),
+                    admin_kubeconfig: Some(cp.admin_kubeconfig().to_path_buf()),
+                    server: Server::Real { cp, _nodes: nodes },
+                    _dir: dir,
+                };
+                ground.install_crd().await?;
+                Ok(ground)
+            }
+        }
+    }
+
+    /// A client with full rights and the User-Agent `agent` (`habitat-bench/driver`, ...).
+    pub async fn client(&self, agent: &str) -> Result<Client, String> {
+        match &self.admin_kubeconfig {
+            Some(path) => kubeconfig_client(path, agent).await,
+            None => {
+                let url = self.url.parse().map_err(|e| format!("{}: {e}", self.url))?;
+                Client::try_from(with_agent(Config::new(url), agent)).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The API server's log directory, for a failure message.
+    pub fn where_(&self) -> String {
+        match &self.server {
+            Server::Sandbox(_) => format!("the sandbox at {}", self.url),
+            Server::Real { cp, .. } => format!("the control plane in {}", cp.dir().display()),
+        }
+    }
+
+    async fn install_crd(&self) -> Result<(), String> {
+        let client = self.client("habitat-bench/driver").await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        let crd = Habitat::crd();
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply("habitat-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|e| format!("installing the CRD: {e}"))?;
+        for _ in 0..300 {
+            let established = api
+                .get(&name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .is_some_and(|s| {
+                    s.conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if established {
+                // The real server serves the new resource a moment after it is Established.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err("the Habitat CRD was not Established in 30 s".into())
+    }
+
+    /// Creates the namespace `name`.
+    pub async fn create_namespace(&self, client: &Client, name: &str) -> Result<(), String> {
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))
+        .map_err(|e| e.to_string())?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .map_err(|e| format!("creating namespace {name}: {e}"))?;
+        Ok(())
+    }
+
+    /// Deletes the namespace `name` and waits until its pods are gone (at most `timeout`), so that
+    /// the next run does not share the simulated nodes and controllers with them. Returns how
+    /// many pods were left.
+    pub async fn delete_namespace(
+        &self,
+        client: &Client,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<usize, String> {
+        Api::<Namespace>::all(client.clone())
+            .delete(name, &DeleteParams::background())
+            .await
+            .map_err(|e| format!("deleting namespace {name}: {e}"))?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), name);
+        let began = std::time::Instant::now();
+        loop {
+            let left = pods
+                .list_metadata(&ListParams::default())
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0);
+            if left == 0 || began.elapsed() > timeout {
+                return Ok(left);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// What the clients whose User-Agent contains `agent` asked so far, by (verb, resource).
+    pub async fn requests(&self, agent: &str) -> Result<Counts, String> {
+        match &self.server {
+            Server::Sandbox(_) => {
+                let url = format!("{}/debug/requests", self.url);
+                let body = tokio::task::spawn_blocking(move || {
+                    ureq::get(&url)
+                        .call()
+                        .map_err(|e| e.to_string())
+                        .and_then(|mut r| r.body_mut().read_to_string().map_err(|e| e.to_string()))
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                let v: serde_json::Value =
+                    serde_json::from_str(&body).map_err(|e| format!("/debug/requests: {e}"))?;
+                let mut counts = Counts::new();
+                for row in v["requests"].as_array().into_iter().flatten() {
+                    if row["userAgent"].as_str().is_some_and(|a| a.contains(agent)) {
+                        let key = (
+                            row["verb"].as_str().unwrap_or_default().to_string(),
+                            row["resource"].as_str().unwrap_or_default().to_string(),
+                        );
+                        *counts.entry(key).or_default() += row["count"].as_u64().unwrap_or(0);
+                    }
+                }
+                Ok(counts)
+            }
+            Server::Real { cp, .. } => {
+                let path = cp.audit_log();
+                let agent = agent.to_string();
+                tokio::task::spawn_blocking(move || audit_counts(&path, &agent))
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        }
+    }
+
+    pub async fn shutdown(self) {
+        match self.server {
+            Server::Sandbox(s) => s.shutdown().await,
+            Server::Real { cp, _nodes } => {
+                _nodes.shutdown().await;
+                drop(cp);
+            }
+        }
+    }
+}
+
+/// Requests in the audit log (level Metadata: one event per stage) of clients whose User-Agent
+/// contains `agent`, each counted once, at its `RequestReceived` stage.
+fn audit_counts(path: &Path, agent: &str) -> Result<Counts, String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut counts = Counts::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        if !line.contains(agent) || !line.contains("\"RequestReceived\"") {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["stage"] != "RequestReceived"
+            || !v["userAgent"].as_str().is_some_and(|a| a.contains(agent))
+        {
+            continue;
+        }
+        let object = &v["objectRef"];
+        let resource = match (object["resource"].as_str(), object["subresource"].as_str()) {
+            (Some(r), Some(s)) => format!("{r}/{s}"),
+            (Some(r), None) => r.to_string(),
+            // Non-resource URLs (/version, discovery): the sandbox does not count them either.
+            _ => continue,
+        };
+        let verb = v["verb"].as_str().unwrap_or_default().to_string();
+        *counts.entry((verb, resource)).or_default() += 1;
+    }
+    Ok(counts)
+}

@@ -1,0 +1,263 @@
+//! Scale benchmark: N Habitats created at once, on the sandbox (its embedded API server with the
+//! simulated nodes) or on a real control plane (etcd, kube-apiserver, kube-controller-manager
+//! from `KUBEBUILDER_ASSETS`, with the simulated nodes as an API client), the operator running
+//! as its own process. Against the same server in the same run, the floor: a plain client that
+//! creates the same children at the same concurrency and writes each status once.
+//!
+//! ```text
+//! cargo bench --bench scale -- [--ground sandbox|real|both]... [--workers W]
+//!     [--resync-seconds S] [--no-floor] N...
+//! ```
+//!
+//! `cargo bench --bench scale -- N` runs the sandbox. Prints a table per (ground, N) and writes
+//! `target/bench/results.json` (under `CARGO_TARGET_DIR` when set). See docs/performance.md.
+
+mod floor;
+mod ground;
+mod operator;
+mod report;
+mod workload;
+
+#[path = "../../tests/support/prometheus.rs"]
+#[allow(unused)]
+mod prometheus;
+
+use std::time::{Duration, Instant};
+
+use ground::{Ground, Kind};
+use report::{Breakdown, Measurement};
+
+/// The driver's User-Agent (its requests are not counted as anyone's cost).
+const DRIVER: &str = "habitat-bench/driver";
+
+struct Args {
+    grounds: Vec<Kind>,
+    sizes: Vec<usize>,
+    workers: u16,
+    resync: Duration,
+    floor: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        grounds: vec![],
+        sizes: vec![],
+        workers: 4,
+        resync: Duration::from_secs(10),
+        floor: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            // cargo bench passes --bench to a harness-less benchmark.
+            "--bench" => {}
+            "--ground" => {
+                for g in value("--ground")?.split(',') {
+                    match g {
+                        "sandbox" => args.grounds.push(Kind::Sandbox),
+                        "real" => args.grounds.push(Kind::Real),
+                        "both" => args.grounds.extend([Kind::Sandbox, Kind::Real]),
+                        other => {
+                            return Err(format!("--ground {other}: use sandbox, real or both"))
+                        }
+                    }
+                }
+            }
+            "--workers" => {
+                args.workers = value("--workers")?
+                    .parse()
+                    .map_err(|e| format!("--workers: {e}"))?
+            }
+            "--resync-seconds" => {
+                let s: u64 = value("--resync-seconds")?
+                    .parse()
+                    .map_err(|e| format!("--resync-seconds: {e}"))?;
+                args.resync = Duration::from_secs(s.max(1));
+            }
+            "--no-floor" => args.floor = false,
+            n => match n.parse() {
+                Ok(n) if n > 0 => args.sizes.push(n),
+                _ => {
+                    return Err(format!(
+                        "unknown argument {n:?}: usage: scale [--ground sandbox|real|both]... \
+                         [--workers W] [--resync-seconds S] [--no-floor] N..."
+                    ))
+                }
+            },
+        }
+    }
+    if args.grounds.is_empty() {
+        args.grounds.push(Kind::Sandbox);
+    }
+    if args.sizes.is_empty() {
+        args.sizes.push(50);
+    }
+    Ok(args)
+}
+
+/// How long a run of `n` Habitats may take before it is called a failure.
+fn timeout(n: usize) -> Duration {
+    Duration::from_secs(180 + 2 * n as u64)
+}
+
+/// The floor on `ground`: its time to every status written, and its writes.
+async fn floor(ground: &Ground, args: &Args, n: usize) -> Result<(f64, u64), String> {
+    let driver = ground.client(DRIVER).await?;
+    let client = ground.client(floor::AGENT).await?;
+    let ns = "floor";
+    ground.create_namespace(&driver, ns).await?;
+    let took = floor::run(
+        &driver,
+        &client,
+        ns,
+        n,
+        usize::from(args.workers),
+        timeout(n),
+    )
+    .await?;
+    let counts = ground.requests(floor::AGENT).await?;
+    let writes = Breakdown::between(&Default::default(), &counts).writes;
+    // Out of the way of the operator's run: its pods would cost the simulated nodes and
+    // kube-controller-manager time.
+    let left = ground
+        .delete_namespace(&driver, ns, Duration::from_secs(300))
+        .await?;
+    if left > 0 {
+        eprintln!("note: {left} pods of the floor's namespace were still there after 300 s");
+    }
+    Ok((took.as_secs_f64(), writes))
+}
+
+/// The operator on `ground`.
+async fn measure(kind: Kind, args: &Args, n: usize) -> Result<Measurement, String> {
+    let ground = Ground::start(kind).await?;
+    let result = measure_on(&ground, args, n).await;
+    if result.is_err() {
+        eprintln!("(failed on {})", ground.where_());
+    }
+    ground.shutdown().await;
+    result
+}
+
+async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measurement, String> {
+    let (floor_s, floor_writes) = if args.floor {
+        let (s, w) = floor(ground, args, n).await?;
+        eprintln!("{}: floor for N = {n}: {s:.2} s", ground.kind.name());
+        (Some(s), Some(w))
+    } else {
+        (None, None)
+    };
+
+    let driver = ground.client(DRIVER).await?;
+    let ns = "bench";
+    ground.create_namespace(&driver, ns).await?;
+    let identity = format!("bench-{}-{n}", ground.kind.name());
+    let logs = tempfile::Builder::new()
+        .prefix("habitat-bench-operator-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let mut op = operator::Operator::start(
+        &ground.operator_kubeconfig,
+        ns,
+        &identity,
+        args.workers,
+        args.resync,
+        &logs.path().join("operator.log"),
+    )
+    .await?;
+    // Every request of this process counts, its start-up lists and watches included.
+    let agent = format!("({identity})");
+
+    let start = Instant::now();
+    let waiter = {
+        let driver = driver.clone();
+        tokio::spawn(async move { workload::wait_ready(&driver, ns, n, start, timeout(n)).await })
+    };
+    workload::create(&driver, ns, n, drop).await?;
+    let to_ready = waiter
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
+    op.check_running()?;
+    let (cpu_to_ready, _) = op.usage()?;
+    let metrics = op.metrics().await?;
+    // The writes that trail the last status (its Event) belong to the convergence.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at_ready = ground.requests(&agent).await?;
+
+    let quiet_for = 2 * args.resync;
+    tokio::time::sleep(quiet_for).await;
+    op.check_running()?;
+    let at_end = ground.requests(&agent).await?;
+    let (cpu, rss) = op.usage()?;
+
+    let (pods, leader_groups) = workload::totals(n);
+    let name = "habitat_operator_reconcile_duration_seconds";
+    let buckets = prometheus::buckets(&metrics, name);
+    let q = |q: f64| prometheus::quantile(&buckets, q).map(|s| s * 1000.0);
+    let reconciles = ["success", "error"]
+        .iter()
+        .map(|r| {
+            prometheus::value(
+                &metrics,
+                &format!("habitat_operator_reconciles_total{{result=\"{r}\"}}"),
+            )
+        })
+        .sum();
+    Ok(Measurement {
+        ground: ground.kind.name(),
+        n,
+        pods,
+        leader_groups,
+        workers: args.workers,
+        time_to_ready_s: to_ready.as_secs_f64(),
+        floor_s,
+        floor_writes,
+        requests: Breakdown::between(&Default::default(), &at_ready),
+        quiet: Breakdown::between(&at_ready, &at_end),
+        quiet_seconds: quiet_for.as_secs_f64(),
+        peak_rss_mib: rss,
+        cpu_s: cpu,
+        cpu_s_to_ready: cpu_to_ready,
+        reconciles,
+        reconcile_ms: [q(0.5), q(0.9), q(0.99)],
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("scale: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut entries = vec![];
+    let mut failed = false;
+    for &kind in &args.grounds {
+        for &n in &args.sizes {
+            match measure(kind, &args, n).await {
+                Ok(m) => {
+                    m.print();
+                    entries.push(m.to_json());
+                }
+                Err(e) => {
+                    eprintln!("scale: {} ground, N = {n}: {e}", kind.name());
+                    failed = true;
+                }
+            }
+        }
+    }
+    match report::save(&entries) {
+        Ok(path) => println!("\nresults: {}", path.display()),
+        Err(e) => {
+            eprintln!("scale: writing the results: {e}");
+            failed = true;
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,274 @@
+//! One measurement as a table and as a JSON entry of `target/bench/results.json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::ground::Counts;
+
+/// Verbs that change the server's state.
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// Writes a standalone Habitat needs to reach Ready: finalizer 1, peer ConfigMap 2 (create, then
+/// the pod's address), StatefulSet 1, Service 1, status 2 (it leaves Pending; it becomes Ready).
+pub const MINIMAL_STANDALONE: f64 = 7.0;
+/// A leader group adds the leader Service, the PodDisruptionBudget and the leader label on the
+/// elected pod.
+pub const MINIMAL_LEADER: f64 = 10.0;
+
+/// Requests by verb and by resource.
+pub struct Breakdown {
+    pub total: u64,
+    pub by_verb: BTreeMap<String, u64>,
+    pub by_resource: BTreeMap<String, u64>,
+    /// Writes other than Events.
+    pub writes: u64,
+    /// Event writes.
+    pub events: u64,
+}
+
+impl Breakdown {
+    /// `after` minus `before`.
+    pub fn between(before: &Counts, after: &Counts) -> Breakdown {
+        let mut b = Breakdown {
+            total: 0,
+            by_verb: BTreeMap::new(),
+            by_resource: BTreeMap::new(),
+            writes: 0,
+            events: 0,
+        };
+        for ((verb, resource), n) in after {
+            let n = n.saturating_sub(
+                before
+                    .get(&(verb.clone(), resource.clone()))
+                    .copied()
+                    .unwrap_or(0),
+            );
+            if n == 0 {
+                continue;
+            }
+            b.total += n;
+            *b.by_verb.entry(verb.clone()).or_default() += n;
+            *b.by_resource.entry(resource.clone()).or_default() += n;
+            if WRITE_VERBS.contains(&verb.as_str()) {
+                if resource == "events" {
+                    b.events += n;
+                } else {
+                    b.writes += n;
+                }
+            }
+        }
+        b
+    }
+
+    fn per(map: &BTreeMap<String, u64>, n: usize) -> Value {
+        map.iter()
+            .map(|(k, v)| (k.clone(), json!(round(*v as f64 / n as f64, 2))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    fn one_line(map: &BTreeMap<String, u64>, n: usize) -> String {
+        map.iter()
+            .map(|(k, v)| format!("{k} {:.2}", *v as f64 / n as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+pub fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+/// Everything measured for one (ground, N).
+pub struct Measurement {
+    pub ground: &'static str,
+    pub n: usize,
+    pub pods: usize,
+    pub leader_groups: usize,
+    pub workers: u16,
+    pub time_to_ready_s: f64,
+    pub floor_s: Option<f64>,
+    pub floor_writes: Option<u64>,
+    pub requests: Breakdown,
+    pub quiet: Breakdown,
+    pub quiet_seconds: f64,
+    pub peak_rss_mib: f64,
+    pub cpu_s: f64,
+    pub cpu_s_to_ready: f64,
+    pub reconciles: f64,
+    pub reconcile_ms: [Option<f64>; 3],
+}
+
+impl Measurement {
+    pub fn minimal_writes_per_habitat(&self) -> f64 {
+        let leaders = self.leader_groups as f64;
+        let standalone = (self.n - self.leader_groups) as f64;
+        (standalone * MINIMAL_STANDALONE + leaders * MINIMAL_LEADER) / self.n as f64
+    }
+
+    pub fn writes_per_habitat(&self) -> f64 {
+        self.requests.writes as f64 / self.n as f64
+    }
+
+    pub fn time_ratio(&self) -> Option<f64> {
+        self.floor_s.map(|f| self.time_to_ready_s / f)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let n = self.n;
+        let ms = |v: Option<f64>| v.map(|v| round(v, 2));
+        json!({
+            "ground": self.ground,
+            "n": n,
+            "pods": self.pods,
+            "leader_groups": self.leader_groups,
+            "workers": self.workers,
+            "time_to_ready_s": round(self.time_to_ready_s, 2),
+            "floor_s": self.floor_s.map(|v| round(v, 2)),
+            "time_ratio": self.time_ratio().map(|v| round(v, 3)),
+            "requests_per_habitat": {
+                "total": round(self.requests.total as f64 / n as f64, 2),
+                "by_verb": Breakdown::per(&self.requests.by_verb, n),
+                "by_resource": Breakdown::per(&self.requests.by_resource, n),
+            },
+            "minimal_writes_per_habitat": round(self.minimal_writes_per_habitat(), 2),
+            "writes_per_habitat": round(self.writes_per_habitat(), 2),
+            "writes_ratio": round(self.writes_per_habitat() / self.minimal_writes_per_habitat(), 3),
+            "events_per_habitat": round(self.requests.events as f64 / n as f64, 2),
+            "floor_writes_per_habitat": self.floor_writes.map(|w| round(w as f64 / n as f64, 2)),
+            "quiet_requests": self.quiet.total,
+            "quiet_requests_by_verb": self.quiet.by_verb,
+            "quiet_requests_by_resource": self.quiet.by_resource,
+            "quiet_seconds": round(self.quiet_seconds, 1),
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+            "cpu_s": round(self.cpu_s, 2),
+            "cpu_s_to_ready": round(self.cpu_s_to_ready, 2),
+            "cpu_ms_per_habitat": round(self.cpu_s_to_ready * 1000.0 / n as f64, 2),
+            "reconciles_per_habitat": round(self.reconciles / n as f64, 2),
+            "reconcile_p50_ms": ms(self.reconcile_ms[0]),
+            "reconcile_p90_ms": ms(self.reconcile_ms[1]),
+            "reconcile_p99_ms": ms(self.reconcile_ms[2]),
+        })
+    }
+
+    pub fn print(&self) {
+        let n = self.n;
+        let row = |k: &str, v: String| println!("  {k:<34} {v}");
+        println!(
+            "\n{} ground, N = {n} ({} pods, {} leader groups, {} workers)",
+            self.ground, self.pods, self.leader_groups, self.workers
+        );
+        row(
+            "time to all Ready",
+            format!("{:.2} s", self.time_to_ready_s),
+        );
+        match self.floor_s {
+            Some(f) => {
+                row("floor (plain client)", format!("{f:.2} s"));
+                row("time ratio", format!("{:.2}", self.time_to_ready_s / f));
+            }
+            None => row("floor (plain client)", "not run".into()),
+        }
+        row(
+            "requests per Habitat",
+            format!("{:.2}", self.requests.total as f64 / n as f64),
+        );
+        row("  by verb", Breakdown::one_line(&self.requests.by_verb, n));
+        row(
+            "  by resource",
+            Breakdown::one_line(&self.requests.by_resource, n),
+        );
+        row(
+            "writes per Habitat (no Events)",
+            format!(
+                "{:.2} (minimal {:.2}, ratio {:.3})",
+                self.writes_per_habitat(),
+                self.minimal_writes_per_habitat(),
+                self.writes_per_habitat() / self.minimal_writes_per_habitat()
+            ),
+        );
+        row(
+            "Events per Habitat",
+            format!("{:.2}", self.requests.events as f64 / n as f64),
+        );
+        if let Some(w) = self.floor_writes {
+            row(
+                "floor writes per Habitat",
+                format!("{:.2}", w as f64 / n as f64),
+            );
+        }
+        row(
+            "quiet requests",
+            format!(
+                "{} in {:.0} s ({}; {})",
+                self.quiet.total,
+                self.quiet_seconds,
+                Breakdown::one_line(&self.quiet.by_verb, 1),
+                Breakdown::one_line(&self.quiet.by_resource, 1)
+            ),
+        );
+        row("operator peak RSS", format!("{:.1} MiB", self.peak_rss_mib));
+        row(
+            "operator CPU",
+            format!(
+                "{:.2} s to Ready ({:.2} ms per Habitat), {:.2} s in all",
+                self.cpu_s_to_ready,
+                self.cpu_s_to_ready * 1000.0 / n as f64,
+                self.cpu_s
+            ),
+        );
+        row(
+            "reconciles per Habitat",
+            format!("{:.2}", self.reconciles / n as f64),
+        );
+        let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        row(
+            "reconcile p50 / p90 / p99",
+            format!(
+                "{} / {} / {} ms",
+                q(self.reconcile_ms[0]),
+                q(self.reconcile_ms[1]),
+                q(self.reconcile_ms[2])
+            ),
+        );
+    }
+}
+
+/// `target/bench/results.json`, under `CARGO_TARGET_DIR` when that is set.
+pub fn results_path() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("bench")
+        .join("results.json")
+}
+
+/// Writes the entries into the results file, replacing those of the same (ground, n) and keeping
+/// the others, sorted by ground and n.
+pub fn save(entries: &[Value]) -> Result<PathBuf, String> {
+    let path = results_path();
+    let mut all: Vec<Value> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    for e in entries {
+        all.retain(|o| !(o["ground"] == e["ground"] && o["n"] == e["n"]));
+        all.push(e.clone());
+    }
+    all.sort_by_key(|e| {
+        (
+            e["ground"].as_str().unwrap_or_default().to_string(),
+            e["n"].as_u64(),
+        )
+    });
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
