@@ -153,6 +153,7 @@ fn default_count() -> i32 {
 /// The supervisor's view of the service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = Rule::new("!(has(self.ring) && has(self.ringSecretName))").message("spec.service.ring and spec.service.ringSecretName are mutually exclusive; set one"))]
+#[x_kube(validation = Rule::new(TRACK_CHANNEL_RULE).message(TRACK_CHANNEL_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// The Habitat package's service name (the `name` of the package), e.g. `redis`. At most
@@ -176,6 +177,20 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
     pub channel: Option<String>,
+    /// How the supervisors update the package themselves from `channel` (supervisor
+    /// `--strategy`): `none` (default: never; new releases come only with a new image),
+    /// `at-once` (every supervisor as soon as a release appears) or `rolling` (one at a time,
+    /// in the order of an update election). See docs/updates.md.
+    #[serde(default)]
+    // `at-once`/`rolling`, the longest value has 7 characters.
+    #[schemars(extend("maxLength" = 7))]
+    pub update_strategy: UpdateStrategy,
+    /// Which release counts as an update (supervisor `--update-condition`): `latest` (default:
+    /// only a newer release) or `track-channel` (whatever the channel holds, older ones too;
+    /// needs `channel`).
+    #[serde(default)]
+    #[schemars(extend("maxLength" = 13))]
+    pub update_condition: UpdateCondition,
     /// Name of a Secret in the same namespace whose key `user.toml` configures the service.
     /// Changes to its content reach running supervisors without a restart. At most 253
     /// characters.
@@ -225,6 +240,57 @@ impl Topology {
         match self {
             Topology::Standalone => "standalone",
             Topology::Leader => "leader",
+        }
+    }
+}
+
+/// The CEL rule that refuses `updateCondition: track-channel` without a channel. Every field
+/// it reads is bounded (`channel` has at most 63 characters, the condition is an enum).
+pub const TRACK_CHANNEL_RULE: &str = "!has(self.updateCondition) || self.updateCondition != 'track-channel' || (has(self.channel) && self.channel.size() > 0)";
+/// What [`TRACK_CHANNEL_RULE`] says; `validate` says the same.
+pub const TRACK_CHANNEL_MESSAGE: &str = "spec.service.updateCondition track-channel follows a channel: set spec.service.channel, or use updateCondition latest";
+
+/// Supervisor `--strategy`: how supervisors update their package from the channel.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpdateStrategy {
+    /// Never update: the package changes only with a new image.
+    #[default]
+    None,
+    /// Every supervisor updates as soon as the channel has an update.
+    AtOnce,
+    /// One supervisor at a time, in the order of an update election.
+    Rolling,
+}
+
+impl UpdateStrategy {
+    /// The value of the supervisor's `--strategy` flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateStrategy::None => "none",
+            UpdateStrategy::AtOnce => "at-once",
+            UpdateStrategy::Rolling => "rolling",
+        }
+    }
+}
+
+/// Supervisor `--update-condition`: which release of the channel counts as an update.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpdateCondition {
+    /// Only a release newer than the running one.
+    #[default]
+    Latest,
+    /// The channel's release, older or newer: rolls back when the channel does.
+    TrackChannel,
+}
+
+impl UpdateCondition {
+    /// The value of the supervisor's `--update-condition` flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateCondition::Latest => "latest",
+            UpdateCondition::TrackChannel => "track-channel",
         }
     }
 }

@@ -16,7 +16,10 @@ use kube::ResourceExt;
 use super::child_meta;
 use super::peer_config::{peer_file_path, PEER_DIR};
 use super::ring_key::KeyName;
-use crate::api::{Habitat, Topology, LABEL_TOPOLOGY, RING_KEY_DATA_KEY, USER_TOML_KEY};
+use crate::api::{
+    Habitat, Topology, UpdateCondition, UpdateStrategy, LABEL_TOPOLOGY, RING_KEY_DATA_KEY,
+    USER_TOML_KEY,
+};
 
 /// Name of the service container.
 pub const CONTAINER: &str = "habitat-service";
@@ -110,6 +113,20 @@ pub fn supervisor_args(h: &Habitat, ring_key: Option<&KeyName>) -> Vec<String> {
     ];
     if let Some(channel) = &svc.channel {
         args.extend(["--channel".to_string(), channel.clone()]);
+    }
+    // Only what differs from the supervisor's defaults (`none`, `latest`): adding the flags to
+    // every StatefulSet would restart the pods of every Habitat on an operator upgrade.
+    if svc.update_strategy != UpdateStrategy::None {
+        args.extend([
+            "--strategy".to_string(),
+            svc.update_strategy.as_str().to_string(),
+        ]);
+    }
+    if svc.update_condition != UpdateCondition::Latest {
+        args.extend([
+            "--update-condition".to_string(),
+            svc.update_condition.as_str().to_string(),
+        ]);
     }
     args.extend(["--peer-watch-file".to_string(), peer_file_path()]);
     for b in &svc.bind {

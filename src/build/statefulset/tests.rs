@@ -75,6 +75,47 @@ fn supervisor_arguments_for_each_spec_variant() {
             ],
         ),
         (
+            {
+                let mut h = habitat().channel("stable");
+                h.spec.service.update_strategy = crate::api::UpdateStrategy::Rolling;
+                h.spec.service.update_condition = crate::api::UpdateCondition::TrackChannel;
+                h
+            },
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--channel",
+                "stable",
+                "--strategy",
+                "rolling",
+                "--update-condition",
+                "track-channel",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
+            {
+                let mut h = habitat();
+                h.spec.service.update_strategy = crate::api::UpdateStrategy::AtOnce;
+                h
+            },
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--strategy",
+                "at-once",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
             habitat()
                 .bind("db", "postgresql", "default")
                 .bind("cache", "redis", "blue"),
