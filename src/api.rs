@@ -119,6 +119,13 @@ pub const IMAGE_REFERENCE_RULE: &str = "self.size() == 0 || self.matches('^((?:[
         json_path = ".spec.image",
         priority = "1",
         description = "Service image"
+    ),
+    printcolumn(
+        name = "Release",
+        type_ = "string",
+        json_path = ".status.release",
+        priority = "1",
+        description = "Release the supervisors run (version/release), or mixed"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -507,6 +514,39 @@ pub struct HabitatStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TIME_LEN))]
     pub last_phase_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The supervisors of the group as their census shows them (members not departed, alive
+    /// ones first), at most 1024.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub members: Vec<MemberStatus>,
+    /// The release the alive members run (`version/release` of their package), or `mixed`
+    /// while they run different ones, for the RELEASE column of `kubectl get -o wide`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    pub release: Option<String>,
+}
+
+/// One supervisor of the group, from the census.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Its pod (for a dead member, the pod it ran in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME_LEN))]
+    pub pod: Option<String>,
+    /// Supervisor member id.
+    #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    pub member_id: String,
+    /// The package it runs: `origin/name/version/release`.
+    #[serde(default)]
+    #[schemars(length(max = 255))]
+    pub package: String,
+    /// Alive in the gossip ring (a dead member stays, Confirmed, until it departs).
+    #[serde(default)]
+    pub alive: bool,
+    /// The elected leader.
+    #[serde(default)]
+    pub leader: bool,
 }
 
 impl Habitat {
@@ -569,9 +609,10 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["Phase", "Ready", "Leader", "Topology", "Age", "Image"]
+            ["Phase", "Ready", "Leader", "Topology", "Age", "Image", "Release"]
         );
         assert_eq!(cols[5]["priority"], 1);
+        assert_eq!(cols[6]["priority"], 1, "RELEASE is shown with -o wide");
         assert_eq!(crd["spec"]["names"]["shortNames"][0], "hab");
     }
 

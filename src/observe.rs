@@ -9,6 +9,7 @@ use kube::ResourceExt;
 
 use habitat_machine::Facts;
 
+use crate::api::MemberStatus;
 use crate::api::{Habitat, Topology, LABEL_LEADER, LABEL_NAME, USER_TOML_KEY};
 use crate::apply::is_current;
 use crate::build::peer_config::peer_file_content;
@@ -34,6 +35,8 @@ pub enum LeaderView {
         pod: Option<String>,
         /// IPs of the group's alive members.
         alive: Vec<String>,
+        /// The group's members that have not departed, for the status.
+        members: Vec<MemberStatus>,
     },
 }
 
@@ -358,6 +361,7 @@ mod tests {
             },
             pod: Some("redis-0".into()),
             alive: alive.iter().map(|s| s.to_string()).collect(),
+            members: vec![],
         }
     }
 

@@ -145,14 +145,43 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
     let name = format!("group{count}");
     env.apply_yaml(&leader_habitat(&name, count as u32, "kinvolk/redis-hab:v1"));
     env.wait_phase(&name, "Ready", timeout(&env)).await;
-    measure(
+    let window = measure(
         &env,
         &name,
         &format!("image update of {count}"),
         r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#,
         || all_at_image(&env, &name, count, "kinvolk/redis-hab:v2"),
     )
-    .await
+    .await;
+    // The status names the release every member runs, and `-o wide` shows it.
+    let package = habitat_sandbox::nodes::supervisor::package_for("kinvolk/redis-hab:v2", "redis");
+    let release = package
+        .splitn(3, '/')
+        .nth(2)
+        .unwrap_or_default()
+        .to_string();
+    wait_for(
+        timeout(&env),
+        "status.release to be the new release",
+        || async {
+            let h = env.habitats().get(&name).await.expect("get");
+            let status = h.status.unwrap_or_default();
+            status.release.as_deref() == Some(release.as_str())
+                && status.members.iter().filter(|m| m.alive).count() == count
+                && status.members.iter().filter(|m| m.leader).count() == 1
+                && status
+                    .members
+                    .iter()
+                    .all(|m| !m.alive || m.package == package)
+        },
+    )
+    .await;
+    let wide = env.kubectl_ok(&["get", "habitat", &name, "-o", "wide"]);
+    assert!(
+        wide.contains("RELEASE") && wide.contains(&release),
+        "{wide}"
+    );
+    window
 }
 
 async fn an_image_update_of_three_members(ground: Ground) {
