@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use habitat_operator::cli::RunArgs;
-use habitat_operator::telemetry::LogFormat;
+use habitat_operator::runtime::cli::RunArgs;
+use habitat_operator::runtime::telemetry::LogFormat;
 use habitat_sandbox::{Options, Sandbox};
 use kube::api::ListParams;
 use kube::{Api, Client, CustomResourceExt};
@@ -59,7 +59,7 @@ async fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(50);
     let sandbox = Sandbox::start(Options::default()).await.expect("sandbox");
-    let client = habitat_operator::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
+    let client = habitat_operator::runtime::runner::client_from_yaml(&sandbox.kubeconfig_yaml())
         .await
         .expect("client");
     sandbox
@@ -72,7 +72,7 @@ async fn main() {
         .expect("free port");
     let args = RunArgs::embedded(metrics_addr, "error", LogFormat::Text);
     let operator = client.clone();
-    tokio::spawn(async move { habitat_operator::runner::run(operator, &args).await });
+    tokio::spawn(async move { habitat_operator::runtime::runner::run(operator, &args).await });
 
     let mut manifests = String::new();
     for i in 0..n {

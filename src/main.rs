@@ -1,12 +1,16 @@
 //! The `habitat-operator` binary: parses the command line and hands over.
 #![forbid(unsafe_code)]
 
+// The sandbox command belongs to the binary (the library never imports the sandbox), but
+// lives with the rest of the process in runtime/.
+#[path = "runtime/sandbox_cmd.rs"]
 mod sandbox_cmd;
 
 use clap::Parser;
+use habitat_operator::api::convert;
 use habitat_operator::api::Habitat;
-use habitat_operator::cli::{Cli, Command};
-use habitat_operator::{convert, runner, telemetry};
+use habitat_operator::runtime::cli::{Cli, Command};
+use habitat_operator::runtime::{runner, telemetry};
 use kube::CustomResourceExt;
 
 #[tokio::main]

@@ -26,7 +26,7 @@ use support::{Env, Ground};
 const FAULTS: &str =
     "server-errors=0.2,conflicts=0.1,expired=0.1,watch-cut=5s,latency=0-50ms,only=habitat-operator";
 
-/// The backoff cap of src/requeue.rs (`Backoffs::default`).
+/// The backoff cap of src/reconcile/requeue.rs (`Backoffs::default`).
 const CAP_SECONDS: f64 = 300.0;
 
 fn size() -> usize {

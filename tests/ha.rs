@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use support::control_plane::ControlPlane;
 use support::{timeout, wait_for, Env, Ground, Proc};
 
-/// The lease timing of `src/lease.rs`.
+/// The lease timing of `src/runtime/lease.rs`.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 const RETRY: Duration = Duration::from_secs(1);
 

@@ -1,29 +1,7 @@
-//! Error types: the crate-level [`Error`] and the API server's [`ApiError`] (a `metav1.Status`).
+//! The API server's error, [`ApiError`] (a `metav1.Status`), which every layer of the sandbox
+//! may return.
 
 use serde_json::{json, Value};
-
-/// Errors returned by the public [`crate::Sandbox`] API.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Binding or serving a socket failed.
-    #[error("i/o error: {0}")]
-    Io(#[from] std::io::Error),
-    /// A manifest could not be parsed.
-    #[error("invalid YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
-    /// A manifest was well-formed YAML but not a Kubernetes object.
-    #[error("invalid manifest: {0}")]
-    Manifest(String),
-    /// The simulated API server rejected a request.
-    #[error("API error: {0}")]
-    Api(#[from] ApiError),
-    /// The simulated nodes could not start.
-    #[error("cannot start the simulated nodes: {0}")]
-    Nodes(#[from] crate::nodes::NodesError),
-    /// A client of the embedded API server could not be built.
-    #[error("cannot build a client of the sandbox: {0}")]
-    Client(String),
-}
 
 /// An API error, rendered as a `metav1.Status` object.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

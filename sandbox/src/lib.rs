@@ -14,10 +14,10 @@ pub mod selector;
 pub mod store;
 pub mod validation;
 
-pub use error::{ApiError, Error};
+pub use error::ApiError;
 pub mod sandbox;
 pub mod server;
 pub mod sim;
 
 pub use faults::Faults;
-pub use sandbox::{Options, Sandbox};
+pub use sandbox::{Error, Options, Sandbox};

@@ -1,6 +1,5 @@
 //! The [`Sandbox`]: starts the API server and the simulated controllers, applies manifests.
 
-use crate::error::Error;
 use crate::meta;
 use crate::server::{self, App};
 use crate::store::{DeleteOptions, Store};
@@ -9,6 +8,29 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
+
+/// Errors returned by the public [`Sandbox`] API.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving a socket failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A manifest could not be parsed.
+    #[error("invalid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// A manifest was well-formed YAML but not a Kubernetes object.
+    #[error("invalid manifest: {0}")]
+    Manifest(String),
+    /// The simulated API server rejected a request.
+    #[error("API error: {0}")]
+    Api(#[from] crate::error::ApiError),
+    /// The simulated nodes could not start.
+    #[error("cannot start the simulated nodes: {0}")]
+    Nodes(#[from] crate::nodes::NodesError),
+    /// A client of the embedded API server could not be built.
+    #[error("cannot build a client of the sandbox: {0}")]
+    Client(String),
+}
 
 /// Field manager used by [`Sandbox::apply_yaml`].
 pub const APPLY_MANAGER: &str = "habitat-sandbox";

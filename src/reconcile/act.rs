@@ -1,0 +1,211 @@
+//! Acting: performs one step of the machine, idempotently, and records its result in the
+//! snapshot so that the next decision of the same reconcile sees it.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use habitat_machine::Step;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::key_name::KeyName;
+use crate::api::{Habitat, LABEL_LEADER, LABEL_RING};
+use crate::children::peer_config::peer_config;
+use crate::children::ring_key;
+use crate::children::Workload;
+use crate::cluster::apply::{apply, delete, FIELD_MANAGER};
+use crate::cluster::events::Note;
+use crate::error::Error;
+use crate::reconcile::context::Context;
+use crate::reconcile::observe::Snapshot;
+use crate::reconcile::ring::{check_secret, KeyState};
+use crate::reconcile::{leader, rollout};
+
+/// How long a generated key is trusted from memory while the cache catches up.
+const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);
+
+/// Performs `step` for `h`, updating `snap`; Events worth recording are pushed to `notes`.
+pub async fn act(
+    step: Step,
+    h: &Habitat,
+    ctx: &Context,
+    snap: &mut Snapshot,
+    workload: Option<&Workload>,
+    notes: &mut Vec<Note>,
+) -> Result<(), Error> {
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    match step {
+        Step::ApplyPeerConfig => {
+            let cm = peer_config(h, &snap.desired_peers());
+            snap.peer_config = Some(apply(&ctx.client, &cm).await?);
+        }
+        Step::ResolveRingKey => {
+            if let KeyState::ToGenerate { ring } = &snap.key {
+                let key = generate_key(ctx, &ns, ring, notes).await?;
+                snap.key = KeyState::Ready(key);
+            }
+        }
+        Step::ApplyWorkload => {
+            // Destructured without `..`: a new kind of child does not compile until it is applied.
+            let Some(Workload {
+                statefulset,
+                headless,
+                leader,
+            }) = workload
+            else {
+                return Ok(());
+            };
+            snap.statefulset = Some(apply(&ctx.client, statefulset).await?);
+            snap.headless = Some(apply(&ctx.client, headless).await?);
+            match leader {
+                Some((svc, pdb)) => {
+                    snap.leader_service = Some(apply(&ctx.client, svc).await?);
+                    snap.budget = Some(apply(&ctx.client, pdb).await?);
+                }
+                None => {
+                    if snap.leader_service.take().is_some() {
+                        delete::<Service>(&ctx.client, &ns, &h.leader_service_name()).await?;
+                    }
+                    if snap.budget.take().is_some() {
+                        delete::<PodDisruptionBudget>(&ctx.client, &ns, &h.name_any()).await?;
+                    }
+                }
+            }
+        }
+        Step::ReplacePod => {
+            let next = snap.statefulset.as_ref().and_then(|s| {
+                rollout::next_replacement(s, &snap.pods, h.spec.count, snap.leader.pod())
+            });
+            if let Some(pod) = next {
+                let role = if snap.leader.pod() == Some(pod.as_str()) {
+                    "leader"
+                } else {
+                    "follower"
+                };
+                delete::<Pod>(&ctx.client, &ns, &pod).await?;
+                notes.push(Note::normal(
+                    "ReplacingPod",
+                    format!("deleted {role} {pod} so that it restarts with the new spec"),
+                ));
+            }
+            snap.replaced_pod = true;
+        }
+        Step::ObserveLeader => {
+            snap.leader = leader::observe(h, ctx.census.as_ref(), &snap.pods).await;
+        }
+        Step::PublishLeader => {
+            let leader = snap.leader.pod().map(str::to_string);
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let mislabelled = snap.mislabelled_pods(leader.as_deref());
+            // The label lands on a pod without it exactly when a new member leads: another pod,
+            // or the same pod name after its pod was replaced (a new supervisor).
+            let new_leader = mislabelled.iter().any(|(_, should)| *should);
+            for (name, should) in mislabelled {
+                let value = if should {
+                    json!("true")
+                } else {
+                    serde_json::Value::Null
+                };
+                let patch = json!({"metadata": {"labels": {LABEL_LEADER: value}}});
+                let updated = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| Error::Apply {
+                        action: "label",
+                        kind: "Pod".into(),
+                        name: name.clone(),
+                        source,
+                    })?;
+                if let Some(slot) = snap.pods.iter_mut().find(|p| p.name_any() == name) {
+                    *slot = updated;
+                }
+            }
+            if new_leader {
+                ctx.metrics.leader_changed();
+                let from = h
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.leader.clone())
+                    .unwrap_or_else(|| "none".into());
+                let to = leader.unwrap_or_else(|| "none".into());
+                notes.push(Note::normal(
+                    "LeaderChanged",
+                    format!("{to} leads now (previously {from})"),
+                ));
+            }
+        }
+        Step::Advance | Step::Cleanup | Step::Wait(_) => {}
+    }
+    Ok(())
+}
+
+/// The key this process generated for `ring` in `ns` within the last two minutes.
+pub fn remembered_key(ctx: &Context, ns: &str, ring: &str) -> Option<KeyName> {
+    let keys = ctx.generated_keys.lock().unwrap_or_else(|e| e.into_inner());
+    keys.get(&(ns.to_string(), ring.to_string()))
+        .filter(|(_, at)| at.elapsed() < GENERATED_KEY_MEMORY)
+        .map(|(k, _)| k.clone())
+}
+
+/// Generates the ring's key once: serialised, re-checked against the cache and memory, and
+/// created (never replaced) as a Secret owned by nobody.
+async fn generate_key(
+    ctx: &Context,
+    ns: &str,
+    ring: &str,
+    notes: &mut Vec<Note>,
+) -> Result<KeyName, Error> {
+    let _guard = ctx.key_generation.lock().await;
+    if let Some(k) = remembered_key(ctx, ns, ring) {
+        return Ok(k);
+    }
+    let existing = ctx.stores.secrets.state().into_iter().filter_map(|s| {
+        let same_ring = s.namespace().as_deref() == Some(ns)
+            && s.labels().get(LABEL_RING).map(String::as_str) == Some(ring);
+        same_ring.then(|| check_secret(&s).ok()).flatten()
+    });
+    if let Some(k) = existing.max_by(|a, b| a.revision.cmp(&b.revision)) {
+        return Ok(k);
+    }
+    let (key, file) = ring_key::generate(ring, Utc::now());
+    let secret = ring_key::ring_secret(ns, &key, file);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            },
+            &secret,
+        )
+        .await
+    {
+        Ok(_) => notes.push(Note::normal(
+            "RingKeyGenerated",
+            format!("generated the key of ring {ring} in Secret {}", key.full()),
+        )),
+        // Same name: generated in the same second by another writer; it is this ring's key.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(source) => {
+            return Err(Error::Apply {
+                action: "create",
+                kind: "Secret".into(),
+                name: key.full(),
+                source,
+            })
+        }
+    }
+    ctx.generated_keys
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            (ns.to_string(), ring.to_string()),
+            (key.clone(), Instant::now()),
+        );
+    Ok(key)
+}

@@ -1,0 +1,597 @@
+//! The reconcile driver: observe (caches) → decide (the machine) → act (one idempotent step,
+//! repeated while each succeeds at once) → persist (one status write, only when it differs).
+//!
+//! Deletion goes through kube's `finalizer` helper: the same pipeline runs, the machine answers
+//! `Terminating`/`Cleanup`, the status is written, and the helper then releases the finalizer so
+//! that garbage collection removes the children (PersistentVolumeClaims and ring keys are not
+//! children and stay).
+
+pub mod act;
+pub mod conditions;
+pub mod context;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod peer;
+pub mod requeue;
+pub mod ring;
+pub mod rollout;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use habitat_machine::{decide, Blocker, Phase, Step};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, finalizer};
+use kube::{Api, ResourceExt};
+
+use crate::api::{Habitat, Topology, FINALIZER};
+use crate::children;
+use crate::cluster::apply::FIELD_MANAGER;
+use crate::cluster::events::{self, Note};
+use crate::error::{Disposition, Error};
+use crate::reconcile::act::{act, remembered_key};
+use crate::reconcile::conditions::Reason;
+use crate::reconcile::context::Context;
+use crate::reconcile::requeue::RESYNC;
+use observe::observe;
+use status::{Inputs, Outcome};
+
+/// Steps one reconcile may take before it yields (each step changes one fact).
+const MAX_STEPS: usize = 16;
+/// How often a settled leader-topology Habitat re-reads the census.
+const LEADER_POLL: Duration = Duration::from_secs(10);
+/// How often a rollout is looked at when no watch event arrives.
+const ROLLOUT_POLL: Duration = Duration::from_secs(15);
+
+/// Reconciles one Habitat. Entry point for kube's `Controller`.
+pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // kube's Controller waits for the Habitat cache only; the children's and Secrets' caches
+    // must be complete too before anything is decided from them.
+    if !ctx.synced.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let _timer = ctx.metrics.reconcile_timer();
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = h.name_any();
+    let result = finalizer(&api, FINALIZER, h, |event| async {
+        match event {
+            finalizer::Event::Apply(h) | finalizer::Event::Cleanup(h) => run(&h, &ctx).await,
+        }
+    })
+    .await;
+    let result = match result {
+        Ok(action) => Ok(action),
+        // A write refused because the namespace is being deleted (the status write, say): the
+        // Habitat goes away with its namespace. Not a failure; wait for the deletion.
+        Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e))
+            if e.disposition() == Disposition::NamespaceTerminating =>
+        {
+            tracing::debug!(%ns, %name, error = %e.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
+            Ok(Action::await_change())
+        }
+        Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
+        // The cached object predates our own finalizer patch (another event woke it before the
+        // watch delivered the patched object): the patch's test fails. Look again shortly; this is
+        // not a failure.
+        Err(finalizer::Error::AddFinalizer(kube::Error::Api(s)))
+            if s.code == 409 || s.code == 422 =>
+        {
+            tracing::debug!(%name, "finalizer already being added; retrying with a fresh copy");
+            Ok(Action::requeue(Duration::from_millis(200)))
+        }
+        // A stale cache entry of an object that is already gone: the deletion is complete.
+        Err(finalizer::Error::RemoveFinalizer(e)) if crate::error::is_not_found(&e) => {
+            Ok(Action::await_change())
+        }
+        Err(other) => Err(Error::Finalizer {
+            name,
+            message: other.to_string(),
+        }),
+    };
+    if result.is_ok() {
+        ctx.metrics.reconciled();
+    }
+    result
+}
+
+/// Decides the requeue after a failed reconcile: per-object exponential backoff.
+pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action {
+    // `reconcile` answers these itself; should one arrive here, it is still no failure.
+    if error.disposition() == Disposition::NamespaceTerminating {
+        tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
+        return Action::await_change();
+    }
+    let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
+    ctx.metrics.failed(error.category());
+    ctx.metrics.backoff(delay.as_secs_f64());
+    tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// One pass of the pipeline over a Habitat that has the finalizer.
+async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
+    let ns = h
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    let generated = h
+        .spec
+        .service
+        .ring
+        .as_ref()
+        .and_then(|r| remembered_key(ctx, &ns, &r.name));
+
+    let mut snap = observe(h, &ctx.stores, generated);
+    let mut desired = DesiredWorkload::default();
+    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut desired).await;
+    let now = Utc::now();
+    let facts = snap.facts(h, desired.get(h, &snap));
+    let old = h.status.clone().unwrap_or_default();
+    let new = status::desired(&Inputs {
+        habitat: h,
+        phase: pass.phase,
+        snapshot: &snap,
+        facts: &facts,
+        outcome: &pass.outcome,
+        phase_changed: !pass.transitions.is_empty(),
+        now,
+    });
+    let notes = record(ctx, h, &uid, &pass, &old, &new, now);
+    if !status::same(&new, &old) {
+        persist(ctx, h, &ns, new).await?;
+    }
+    events::publish(&ctx.recorder, h, &notes).await;
+    match pass.failure {
+        Some(e) => Err(e),
+        None => Ok(next_action(ctx, h, &uid, &pass.outcome)),
+    }
+}
+
+/// The persisted phase; an unknown value restarts the lifecycle.
+fn persisted_phase(h: &Habitat) -> Phase {
+    h.phase_str().map_or(Phase::Pending, |p| {
+        p.parse().unwrap_or_else(|e| {
+            tracing::warn!(name = %h.name_any(), error = %e, "restarting the lifecycle from Pending");
+            Phase::Pending
+        })
+    })
+}
+
+/// What one pass of decide → act did.
+struct Pass {
+    phase: Phase,
+    transitions: Vec<(Phase, Phase)>,
+    notes: Vec<Note>,
+    outcome: Outcome,
+    failure: Option<Error>,
+}
+
+/// Decides and acts until the machine waits, a step fails, or the step limit is reached.
+async fn drive(
+    h: &Habitat,
+    ctx: &Context,
+    phase: Phase,
+    snap: &mut observe::Snapshot,
+    desired: &mut DesiredWorkload,
+) -> Pass {
+    let mut pass = Pass {
+        phase,
+        transitions: vec![],
+        notes: vec![],
+        outcome: Outcome::Busy,
+        failure: None,
+    };
+    for _ in 0..MAX_STEPS {
+        let workload = desired.get(h, snap);
+        let d = decide(
+            pass.phase,
+            &facts_in_pass(snap.facts(h, workload), &pass.transitions),
+        );
+        if d.phase != pass.phase {
+            pass.transitions.push((pass.phase, d.phase));
+            pass.phase = d.phase;
+        }
+        match d.step {
+            Step::Advance => {}
+            Step::Wait(b) => {
+                pass.outcome = Outcome::Waiting(b);
+                break;
+            }
+            // Termination is recorded by the status write; the finalizer helper then releases.
+            Step::Cleanup => {
+                pass.outcome = Outcome::Waiting(Blocker::Nothing);
+                break;
+            }
+            step => {
+                if let Err(e) = act(step, h, ctx, snap, workload, &mut pass.notes).await {
+                    if e.disposition() == Disposition::NamespaceTerminating {
+                        tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
+                        pass.outcome = Outcome::NamespaceTerminating;
+                        break;
+                    }
+                    pass.outcome = Outcome::Failed(e.chain(1024));
+                    pass.failure = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    pass
+}
+
+/// The facts of the next decision of a pass. Once the pass has taken a transition, it is acting
+/// on the current spec: `spec_changed` (generation above the persisted `observedGeneration`)
+/// then no longer means that the spec changed since the object was Ready. Without this, an
+/// object whose status was never written (the operator was killed before its first status
+/// write) or whose spec changed while it was deploying walked to Ready and then flapped
+/// Ready → Updating → Ready until the step limit within one pass.
+fn facts_in_pass(
+    mut facts: habitat_machine::Facts,
+    transitions: &[(Phase, Phase)],
+) -> habitat_machine::Facts {
+    if !transitions.is_empty() {
+        facts.spec_changed = false;
+    }
+    facts
+}
+
+/// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
+/// that asks the user to act, and per distinct failure.
+fn record(
+    ctx: &Context,
+    h: &Habitat,
+    uid: &str,
+    pass: &Pass,
+    old: &crate::api::HabitatStatus,
+    new: &crate::api::HabitatStatus,
+    now: chrono::DateTime<Utc>,
+) -> Vec<Note> {
+    let mut notes = pass.notes.clone();
+    let since = old
+        .last_phase_transition_time
+        .as_ref()
+        .map(crate::reconcile::conditions::from_time);
+    for (i, (from, to)) in pass.transitions.iter().enumerate() {
+        // Only the first phase of the pass was entered before it; later ones lasted no time.
+        let seconds = if i == 0 {
+            since.map(|s| (now - s).num_milliseconds() as f64 / 1000.0)
+        } else {
+            Some(0.0)
+        };
+        ctx.metrics.transition(*from, *to, seconds);
+        notes.push(Note::transition(*from, *to, &transition_reason(*to, new)));
+        tracing::info!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), from = %from, to = %to, "phase transition");
+    }
+    notes.extend(user_warnings(&old.conditions, &new.conditions));
+    let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+    match &pass.failure {
+        Some(e) => {
+            let message = e.chain(1024);
+            if last.get(uid) != Some(&message) {
+                notes.push(Note::warning(e.category(), message.clone()));
+                last.insert(uid.to_string(), message);
+            }
+        }
+        None => {
+            last.remove(uid);
+        }
+    }
+    notes
+}
+
+/// The desired workload of one reconcile. It depends on the spec and the resolved ring key
+/// only, so it is built again only when the key changes, not on every decision.
+#[derive(Default)]
+struct DesiredWorkload {
+    built_for: Option<ring::KeyState>,
+    workload: Option<children::Workload>,
+}
+
+impl DesiredWorkload {
+    fn get(&mut self, h: &Habitat, snap: &observe::Snapshot) -> Option<&children::Workload> {
+        if self.built_for.as_ref() != Some(&snap.key) {
+            self.workload = workload_for(h, snap);
+            self.built_for = Some(snap.key.clone());
+        }
+        self.workload.as_ref()
+    }
+}
+
+fn workload_for(h: &Habitat, snap: &observe::Snapshot) -> Option<children::Workload> {
+    match &snap.key {
+        ring::KeyState::NotRequired => Some(children::workload(h, None)),
+        ring::KeyState::Ready(k) => Some(children::workload(h, Some(k))),
+        _ => None,
+    }
+}
+
+/// Why a Habitat entered `to`, from the condition that gates that phase.
+fn transition_reason(to: Phase, status: &crate::api::HabitatStatus) -> String {
+    let condition = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    match to {
+        Phase::Pending => "accepted".to_string(),
+        Phase::ConfigMapReady => condition("ConfigMapReady"),
+        Phase::KeyReady => condition("KeyReady"),
+        Phase::Deploying => condition("Deployed"),
+        Phase::LeaderElected => condition("LeaderElected"),
+        Phase::Ready => condition("Available"),
+        Phase::Updating => format!(
+            "the spec changed (generation {})",
+            status.observed_generation.unwrap_or(0)
+        ),
+        Phase::Terminating => "the Habitat is being deleted".to_string(),
+    }
+}
+
+/// Warning Events for conditions that turned False with a reason the user must act on.
+fn user_warnings(
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    new: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Vec<Note> {
+    let user_reasons = [
+        Reason::SecretNotFound,
+        Reason::KeyMalformed,
+        Reason::ReferencedSecretMissing,
+        Reason::InvalidSpec,
+    ];
+    new.iter()
+        .filter(|c| {
+            c.status == "False" && (c.type_ != "Ready" || c.reason == Reason::InvalidSpec.as_str())
+        })
+        .filter(|c| user_reasons.iter().any(|r| r.as_str() == c.reason))
+        .filter(|c| !c.message.contains("the operator generates one"))
+        .filter(|c| {
+            !old.iter()
+                .any(|o| o.type_ == c.type_ && o.reason == c.reason && o.message == c.message)
+        })
+        .map(|c| Note::warning(&c.reason, c.message.clone()))
+        .collect()
+}
+
+/// Writes the status with server-side apply. An object already gone is fine.
+async fn persist(
+    ctx: &Context,
+    h: &Habitat,
+    ns: &str,
+    status: crate::api::HabitatStatus,
+) -> Result<(), Error> {
+    let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({
+        "apiVersion": "habitat.sh/v1",
+        "kind": "Habitat",
+        "metadata": {"name": h.name_any()},
+        "status": status,
+    });
+    match api
+        .patch_status(
+            &h.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => {
+            Ok(())
+        }
+        Err(source) => Err(Error::PersistStatus {
+            name: h.name_any(),
+            source,
+        }),
+    }
+}
+
+/// When to look at the object again, given how the reconcile ended.
+fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Action {
+    let leader = h.spec.service.topology == Topology::Leader;
+    match outcome {
+        Outcome::Busy => Action::requeue(Duration::from_millis(200)),
+        // Not reached: a failed pass returns its error, and `error_policy` picks the delay.
+        Outcome::Failed(_) => Action::requeue(Duration::from_secs(1)),
+        // The namespace refuses new objects: its deletion takes the Habitat along, and that
+        // deletion (or any other change) wakes the object. No backoff: this is not a failure.
+        Outcome::NamespaceTerminating => Action::await_change(),
+        // The census is not watched: poll it, backing off while the election does not finish.
+        Outcome::Waiting(Blocker::Election) => {
+            let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
+            ctx.metrics.backoff(delay.as_secs_f64());
+            Action::requeue(delay)
+        }
+        Outcome::Waiting(Blocker::Rollout) => Action::requeue(ROLLOUT_POLL),
+        Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => Action::await_change(),
+        Outcome::Waiting(_) => {
+            ctx.backoffs.reset(uid);
+            Action::requeue(if leader { LEADER_POLL } else { RESYNC })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::census::{CensusSource, HttpCensus};
+    use crate::reconcile::context::Stores;
+    use crate::reconcile::metrics::Metrics;
+    use crate::reconcile::requeue::Backoffs;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{DeleteParams, PostParams};
+    use kube::runtime::events::{Recorder, Reporter};
+    use kube::runtime::reflector;
+    use kube::CustomResourceExt;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    /// One pass of decisions over unchanging facts, as `drive` takes them.
+    fn dry_pass(mut phase: Phase, facts: habitat_machine::Facts) -> (Phase, Vec<(Phase, Phase)>) {
+        let mut transitions = vec![];
+        for _ in 0..MAX_STEPS {
+            let d = decide(phase, &facts_in_pass(facts, &transitions));
+            if d.phase != phase {
+                transitions.push((phase, d.phase));
+                phase = d.phase;
+            }
+            if d.step != Step::Advance {
+                break;
+            }
+        }
+        (phase, transitions)
+    }
+
+    #[test]
+    fn a_pass_that_walks_to_ready_does_not_go_on_to_updating() {
+        // No status yet (observedGeneration unset, so generation 1 is "above" it) and every
+        // child in shape: the operator was killed after creating them, before its first status
+        // write. Found by tests/crash.rs.
+        let facts = habitat_machine::Facts {
+            peer_config_current: true,
+            key_ready: true,
+            referenced_secrets_present: true,
+            workload_current: true,
+            rollout_done: true,
+            spec_changed: true,
+            ..habitat_machine::Facts::default()
+        };
+        let (phase, transitions) = dry_pass(Phase::Pending, facts);
+        assert_eq!(phase, Phase::Ready, "{transitions:?}");
+        assert_eq!(transitions.len(), 4, "{transitions:?}");
+        // A Ready object whose spec changed still enters Updating, once, and finishes the
+        // rollout in the same pass when it is already done.
+        let (phase, transitions) = dry_pass(Phase::Ready, facts);
+        assert_eq!(
+            transitions,
+            vec![
+                (Phase::Ready, Phase::Updating),
+                (Phase::Updating, Phase::Ready)
+            ]
+        );
+        assert_eq!(phase, Phase::Ready);
+    }
+
+    fn context(client: kube::Client) -> Arc<Context> {
+        Arc::new(Context {
+            client: client.clone(),
+            stores: Stores {
+                habitats: reflector::store().0,
+                statefulsets: reflector::store().0,
+                config_maps: reflector::store().0,
+                services: reflector::store().0,
+                budgets: reflector::store().0,
+                pods: reflector::store().0,
+                secrets: reflector::store().0,
+            },
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: crate::api::MANAGER.into(),
+                    instance: None,
+                },
+            ),
+            metrics: Metrics::default(),
+            census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
+                as Arc<dyn CensusSource>,
+            backoffs: Backoffs::default(),
+            generated_keys: Mutex::new(Default::default()),
+            key_generation: tokio::sync::Mutex::new(()),
+            last_failure: Mutex::new(Default::default()),
+            synced: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
+    /// before: creating the first child is refused with 403 NamespaceTerminating. The
+    /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
+    #[tokio::test]
+    async fn a_terminating_namespace_stops_the_reconcile_quietly() {
+        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options::default())
+            .await
+            .expect("sandbox starts");
+        let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
+        sandbox.apply_yaml(&crd).await.expect("the CRD installs");
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration");
+        let client = kube::Client::try_from(config).expect("a client");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("going".into());
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace created");
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata = kube::api::ObjectMeta {
+            name: Some("redis".into()),
+            namespace: Some("going".into()),
+            finalizers: Some(vec![FINALIZER.into()]),
+            ..Default::default()
+        };
+        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "going");
+        let stale = habitats
+            .create(&PostParams::default(), &h)
+            .await
+            .expect("Habitat created");
+        // The Habitat's finalizer keeps the namespace terminating.
+        namespaces
+            .delete("going", &DeleteParams::default())
+            .await
+            .expect("namespace deletion starts");
+
+        let ctx = context(client);
+        let action = reconcile(Arc::new(stale.clone()), ctx.clone())
+            .await
+            .expect("not a failure");
+        assert_eq!(action, Action::await_change());
+        assert!(
+            ctx.last_failure.lock().expect("lock").is_empty(),
+            "no Warning Event is recorded"
+        );
+        let text = ctx.metrics.render();
+        assert!(
+            text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("habitat_operator_reconcile_errors_total{reason=\"ApplyFailed\"} 1"));
+        assert!(
+            text.contains("habitat_operator_requeue_backoff_seconds_count 0"),
+            "{text}"
+        );
+
+        // Should such an error reach the error policy, it waits without backing off either.
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "configmaps \"redis\" is forbidden: unable to create new content in namespace going because it is being terminated",
+            "details": {"name": "redis", "kind": "configmaps", "causes": [
+                {"reason": "NamespaceTerminating", "message": "namespace going is being terminated", "field": "metadata.namespace"}
+            ]}
+        }))
+        .expect("a Status");
+        let error = Error::Apply {
+            action: "apply",
+            kind: "ConfigMap".into(),
+            name: "redis".into(),
+            source: kube::Error::Api(status.boxed()),
+        };
+        let action = error_policy(Arc::new(stale), &error, ctx.clone());
+        assert_eq!(action, Action::await_change());
+        let text = ctx.metrics.render();
+        assert!(text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"));
+        assert!(text.contains("habitat_operator_requeue_backoff_seconds_count 0"));
+        sandbox.shutdown().await;
+    }
+}

@@ -1,0 +1,464 @@
+//! The status the operator wants a Habitat to show: phase, counts and conditions, computed
+//! from the final snapshot of a reconcile. Pure; `persist` writes it only when it differs.
+
+use chrono::{DateTime, Utc};
+use habitat_machine::{Blocker, Facts, Phase};
+use kube::ResourceExt;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::api::{Habitat, HabitatStatus, MemberStatus, Topology};
+use crate::cluster::census::Election;
+use crate::reconcile::conditions::{self, ConditionType as T, Desired, Reason as R};
+use crate::reconcile::observe::{LeaderView, Snapshot};
+use crate::reconcile::ring::KeyState;
+
+/// How the reconcile ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The machine waits on this.
+    Waiting(Blocker),
+    /// The step limit was reached before the machine settled; it goes on at once.
+    Busy,
+    /// A step failed with this message.
+    Failed(String),
+    /// The namespace is being deleted and refused a new object; nothing more can be done until
+    /// the Habitat is deleted with it. Not a failure.
+    NamespaceTerminating,
+}
+
+/// Everything the status depends on.
+pub struct Inputs<'a> {
+    /// The Habitat as read.
+    pub habitat: &'a Habitat,
+    /// The phase reached.
+    pub phase: Phase,
+    /// The final snapshot.
+    pub snapshot: &'a Snapshot,
+    /// The final facts.
+    pub facts: &'a Facts,
+    /// How the reconcile ended.
+    pub outcome: &'a Outcome,
+    /// Whether the phase changed in this reconcile.
+    pub phase_changed: bool,
+    /// The clock.
+    pub now: DateTime<Utc>,
+}
+
+/// The status to persist.
+pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
+    let h = i.habitat;
+    let previous = h.status.clone().unwrap_or_default();
+    let generation = h.metadata.generation.unwrap_or(0);
+    let sts_status = i
+        .snapshot
+        .statefulset
+        .as_ref()
+        .and_then(|s| s.status.as_ref());
+    let replicas = sts_status.map(|s| s.replicas).unwrap_or(0);
+    let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let leader = match &i.snapshot.leader {
+        LeaderView::Observed { pod, .. } => pod.clone(),
+        // The census could not be read: keep what was known rather than blanking the column.
+        LeaderView::Unreachable(_) | LeaderView::NotObserved
+            if h.spec.service.topology == Topology::Leader =>
+        {
+            previous.leader.clone()
+        }
+        _ => None,
+    };
+    let members = match &i.snapshot.leader {
+        LeaderView::Observed { members, .. } => members.clone(),
+        // Unread or unreachable: keep what was known.
+        _ => previous.members.clone(),
+    };
+    let release = release_of(&members);
+    let mut wanted = conditions_for(i, ready_replicas);
+    if let Some(c) = mixed_condition(&previous, release.as_deref(), &members, i.now) {
+        wanted.push(c);
+    }
+    HabitatStatus {
+        phase: Some(i.phase.to_string()),
+        observed_generation: Some(generation),
+        conditions: conditions::merge(&previous.conditions, &wanted, generation, i.now),
+        replicas,
+        ready_replicas,
+        ready: Some(format!("{ready_replicas}/{}", h.spec.count)),
+        peer_ip: i.snapshot.current_peer().map(str::to_string),
+        leader,
+        ring_secret_name: i.snapshot.key.key().map(|k| k.full()),
+        members,
+        release,
+        last_phase_transition_time: if i.phase_changed
+            || previous.last_phase_transition_time.is_none()
+        {
+            Some(conditions::to_time(i.now))
+        } else {
+            previous.last_phase_transition_time
+        },
+    }
+}
+
+/// How long alive members may run different releases before `MixedReleases` says
+/// `MixedTooLong`: a rolling update of a large group, one member at a time, fits in it.
+pub const MIXED_RELEASES_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// What the RELEASE column shows.
+pub const MIXED: &str = "mixed";
+
+/// `version/release` of a package ident `origin/name/version/release`.
+fn version_release(package: &str) -> &str {
+    let mut slashes = package.match_indices('/').map(|(i, _)| i);
+    match slashes.nth(1) {
+        Some(i) => &package[i + 1..],
+        None => package,
+    }
+}
+
+/// The release the alive members run, [`MIXED`] when they differ, `None` when none is known.
+fn release_of(members: &[MemberStatus]) -> Option<String> {
+    let releases: BTreeSet<&str> = members
+        .iter()
+        .filter(|m| m.alive && !m.package.is_empty())
+        .map(|m| version_release(&m.package))
+        .collect();
+    match releases.len() {
+        0 => None,
+        1 => releases.into_iter().next().map(str::to_string),
+        _ => Some(MIXED.to_string()),
+    }
+}
+
+/// `MixedReleases`, once the census was read: True while alive members run different
+/// releases, since the time that started (kept in the condition's transition time), and
+/// `MixedTooLong` after [`MIXED_RELEASES_GRACE`].
+fn mixed_condition(
+    previous: &HabitatStatus,
+    release: Option<&str>,
+    members: &[MemberStatus],
+    now: DateTime<Utc>,
+) -> Option<Desired> {
+    release?;
+    if release != Some(MIXED) {
+        return Some(Desired::new(
+            T::MixedReleases,
+            false,
+            R::OneRelease,
+            format!("every alive member runs {}", release.unwrap_or_default()),
+        ));
+    }
+    let mut packages: Vec<&str> = members
+        .iter()
+        .filter(|m| m.alive)
+        .map(|m| m.package.as_str())
+        .collect();
+    packages.sort_unstable();
+    packages.dedup();
+    let since = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == T::MixedReleases.as_str() && c.status == "True")
+        .map(|c| conditions::from_time(&c.last_transition_time))
+        .unwrap_or(now);
+    let lasted = (now - since).to_std().unwrap_or_default();
+    let (reason, message) = if lasted > MIXED_RELEASES_GRACE {
+        (
+            R::MixedTooLong,
+            format!(
+                "the members have run different releases for {} minutes, longer than a rollout should take: {}; check the supervisors' update logs and spec.service.updateStrategy",
+                lasted.as_secs() / 60,
+                packages.join(", ")
+            ),
+        )
+    } else {
+        (
+            R::RollingUpdate,
+            format!(
+                "the members run different releases: {}",
+                packages.join(", ")
+            ),
+        )
+    };
+    Some(Desired::new(T::MixedReleases, true, reason, message))
+}
+
+/// Whether two statuses say the same thing (conditions compared regardless of order).
+pub fn same(a: &HabitatStatus, b: &HabitatStatus) -> bool {
+    let strip = |s: &HabitatStatus| HabitatStatus {
+        conditions: vec![],
+        ..s.clone()
+    };
+    strip(a) == strip(b) && conditions::same(&a.conditions, &b.conditions)
+}
+
+fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
+    let h = i.habitat;
+    let s = i.snapshot;
+    let f = i.facts;
+    let count = h.spec.count;
+    let name = h.name_any();
+    let mut out = Vec::with_capacity(7);
+
+    out.push(match (&s.peer_config, s.current_peer()) {
+        (Some(_), Some(ip)) => Desired::new(
+            T::ConfigMapReady,
+            true,
+            R::PeerSelected,
+            format!("the peer file points to {ip}"),
+        ),
+        (Some(_), None) => Desired::new(
+            T::ConfigMapReady,
+            true,
+            R::NoRunningPod,
+            "no pod runs yet; the peer file is empty",
+        ),
+        (None, _) => Desired::new(
+            T::ConfigMapReady,
+            false,
+            R::PeerConfigPending,
+            format!("ConfigMap {}-peer is not created yet", name),
+        ),
+    });
+
+    out.push(match &s.key {
+        KeyState::NotRequired => Desired::new(T::KeyReady, true, R::NotRequired, "gossip is not encrypted"),
+        KeyState::Ready(k) => Desired::new(T::KeyReady, true, R::KeyFound, format!("gossip is encrypted with the ring key in Secret {}", k.full())),
+        KeyState::Missing { secret } => Desired::new(
+            T::KeyReady,
+            false,
+            R::SecretNotFound,
+            format!("Secret {secret} named in spec.service.ringSecretName does not exist; create it with the ring key file under the key ring-key"),
+        ),
+        KeyState::Malformed { problem, .. } => {
+            let field = if h.spec.service.ring_secret_name.is_some() { "spec.service.ringSecretName" } else { "spec.service.ring" };
+            Desired::new(T::KeyReady, false, R::KeyMalformed, format!("{problem} (the ring key of {field}); fix the Secret or name another one"))
+        }
+        KeyState::ToGenerate { ring } => Desired::new(T::KeyReady, false, R::SecretNotFound, format!("no key for ring {ring} yet; the operator generates one")),
+    });
+
+    out.push(match (&s.secret_problem, f.workload_current) {
+        (Some(problem), _) => Desired::new(
+            T::Deployed,
+            false,
+            R::ReferencedSecretMissing,
+            problem.clone(),
+        ),
+        (None, true) => Desired::new(
+            T::Deployed,
+            true,
+            R::UpToDate,
+            format!(
+                "StatefulSet {name} matches generation {}",
+                h.metadata.generation.unwrap_or(0)
+            ),
+        ),
+        (None, false) => Desired::new(
+            T::Deployed,
+            false,
+            R::NotApplied,
+            "the StatefulSet has not been applied for the current spec yet",
+        ),
+    });
+
+    let available = ready_replicas == count && f.rollout_done;
+    out.push(if available {
+        Desired::new(
+            T::Available,
+            true,
+            R::AllReplicasReady,
+            format!("{ready_replicas}/{count} replicas ready"),
+        )
+    } else {
+        Desired::new(
+            T::Available,
+            false,
+            R::ReplicasNotReady,
+            format!("{ready_replicas}/{count} replicas ready"),
+        )
+    });
+
+    if h.spec.service.topology == Topology::Leader {
+        out.push(leader_condition(h, &s.leader));
+    }
+
+    let progressing = matches!(
+        i.phase,
+        Phase::Deploying | Phase::Updating | Phase::LeaderElected
+    );
+    out.push(match i.phase {
+        Phase::Terminating => Desired::new(
+            T::Progressing,
+            false,
+            R::Terminating,
+            "the Habitat is being deleted",
+        ),
+        _ if progressing => Desired::new(
+            T::Progressing,
+            true,
+            R::RollingOut,
+            format!(
+                "rolling out generation {}",
+                h.metadata.generation.unwrap_or(0)
+            ),
+        ),
+        _ => Desired::new(T::Progressing, false, R::Settled, "no rollout in progress"),
+    });
+
+    out.push(ready_condition(i, &out, available));
+    out
+}
+
+fn leader_condition(h: &Habitat, view: &LeaderView) -> Desired {
+    let group = format!("{}.{}", h.spec.service.name, h.spec.service.group);
+    let count = h.spec.count;
+    let warning = if count < 3 {
+        format!("; warning: a leader group needs at least 3 members to survive the loss of one (count is {count})")
+    } else if count % 2 == 0 {
+        format!(
+            "; warning: an even count ({count}) tolerates no more failures than {}",
+            count - 1
+        )
+    } else {
+        String::new()
+    };
+    let (status, reason, message) = match view {
+        LeaderView::Observed { pod: Some(pod), .. } => (true, R::Elected, format!("{pod} leads {group}")),
+        LeaderView::Observed { election: Election::InProgress, .. } => {
+            (false, R::ElectionInProgress, format!("the supervisors of {group} are electing a leader"))
+        }
+        LeaderView::Observed { election: Election::NoQuorum, .. } => (
+            false,
+            R::NoQuorum,
+            format!("{group} has no quorum yet: a majority of its members must be alive to elect a leader"),
+        ),
+        LeaderView::Observed { election: Election::Elected { ip }, pod: None, .. } => {
+            (false, R::NoElection, format!("the census names leader {ip}, which is no running pod of this Habitat"))
+        }
+        LeaderView::Observed { .. } => (false, R::NoElection, format!("no election has finished in {group}")),
+        LeaderView::Unreachable(e) => (false, R::CensusUnreachable, format!("cannot read the census: {e}")),
+        LeaderView::NotObserved => (false, R::CensusPending, "the census is read once pods run".to_string()),
+    };
+    Desired::new(
+        T::LeaderElected,
+        status,
+        reason,
+        format!("{message}{warning}"),
+    )
+}
+
+fn ready_condition(i: &Inputs<'_>, others: &[Desired], available: bool) -> Desired {
+    let first_false = others
+        .iter()
+        .find(|d| !d.status && !matches!(d.type_, T::Progressing | T::MixedReleases));
+    if let Some(problem) = &i.snapshot.spec_problem {
+        return Desired::new(T::Ready, false, R::InvalidSpec, problem.clone());
+    }
+    match (i.phase, i.outcome) {
+        (_, Outcome::Failed(msg)) => Desired::new(
+            T::Ready,
+            false,
+            R::ReconcileFailed,
+            format!("{msg}; retrying with backoff"),
+        ),
+        (Phase::Ready, _) if available && first_false.is_none() => Desired::new(
+            T::Ready,
+            true,
+            R::HabitatReady,
+            format!("all {} replicas ready", i.habitat.spec.count),
+        ),
+        (Phase::Ready, _) => Desired::new(
+            T::Ready,
+            false,
+            R::Degraded,
+            first_false
+                .map(|d| d.message.clone())
+                .unwrap_or_else(|| "replicas are not ready".to_string()),
+        ),
+        (Phase::Terminating, _) => Desired::new(
+            T::Ready,
+            false,
+            R::Terminating,
+            "the Habitat is being deleted",
+        ),
+        (phase, _) => {
+            let why = first_false
+                .map(|d| d.message.clone())
+                .unwrap_or_else(|| "waiting for pods".to_string());
+            let reason = first_false
+                .map(|d| d.reason)
+                .filter(|r| r.needs_user())
+                .unwrap_or(R::NotYetReady);
+            Desired::new(T::Ready, false, reason, format!("phase {phase}: {why}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::conditions::merge;
+
+    fn member(id: &str, package: &str, alive: bool) -> MemberStatus {
+        MemberStatus {
+            pod: Some(format!("redis-{id}")),
+            member_id: id.into(),
+            package: package.into(),
+            alive,
+            leader: false,
+        }
+    }
+
+    #[test]
+    fn the_release_column_shows_one_release_or_mixed_among_alive_members() {
+        let v1 = "core/redis/7.0.1/20250101000000";
+        let v2 = "core/redis/7.0.2/20250202000000";
+        assert_eq!(release_of(&[]), None);
+        assert_eq!(
+            release_of(&[member("a", v1, true), member("b", v2, false)]).as_deref(),
+            Some("7.0.1/20250101000000"),
+            "a dead member's release does not count"
+        );
+        assert_eq!(
+            release_of(&[member("a", v1, true), member("b", v2, true)]).as_deref(),
+            Some(MIXED)
+        );
+    }
+
+    #[test]
+    fn mixed_releases_turn_into_a_warning_after_the_grace_and_clear_when_uniform() {
+        let v1 = "core/redis/7.0.1/20250101000000";
+        let v2 = "core/redis/7.0.2/20250202000000";
+        let mixed = [member("a", v1, true), member("b", v2, true)];
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("time");
+        let mut previous = HabitatStatus::default();
+        let at = |previous: &HabitatStatus, members: &[MemberStatus], now| {
+            mixed_condition(previous, release_of(members).as_deref(), members, now)
+                .expect("a condition")
+        };
+        let c = at(&previous, &mixed, t0);
+        assert_eq!((c.status, c.reason), (true, R::RollingUpdate));
+        assert!(
+            c.message.contains(v1) && c.message.contains(v2),
+            "{}",
+            c.message
+        );
+        previous.conditions = merge(&[], &[c], 1, t0);
+        let later = t0 + chrono::Duration::seconds(60);
+        assert_eq!(at(&previous, &mixed, later).reason, R::RollingUpdate);
+        let too_late = t0
+            + chrono::Duration::from_std(MIXED_RELEASES_GRACE).expect("grace")
+            + chrono::Duration::seconds(1);
+        let c = at(&previous, &mixed, too_late);
+        assert_eq!((c.status, c.reason), (true, R::MixedTooLong));
+        assert!(
+            c.message.contains("longer than a rollout should take"),
+            "{}",
+            c.message
+        );
+        let uniform = [member("a", v2, true), member("b", v2, true)];
+        let c = at(&previous, &uniform, too_late);
+        assert_eq!((c.status, c.reason), (false, R::OneRelease));
+        assert_eq!(mixed_condition(&previous, None, &[], too_late), None);
+    }
+}
