@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, ObjectFieldSelector,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
     SecretVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
 };
@@ -204,6 +205,15 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
             true,
         ));
     }
+    if stable_member_id(h) {
+        volumes.push(member_id_volume());
+        mounts.push(mount(
+            MEMBER_ID_VOLUME,
+            MEMBER_ID_PATH,
+            Some(MEMBER_ID_FILE),
+            true,
+        ));
+    }
     if let Some(storage) = &h.spec.persistent_storage {
         mounts.push(mount(
             storage.claim_template(),
@@ -238,6 +248,42 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
         }],
         volumes: Some(volumes),
         ..PodSpec::default()
+    }
+}
+
+/// Where the supervisor reads its member id at boot (`sup/src/manager.rs` `load_member`: the
+/// file's content as it is; a new random id is written only when the file is missing).
+pub const MEMBER_ID_PATH: &str = "/hab/sup/default/MEMBER_ID";
+const MEMBER_ID_FILE: &str = "MEMBER_ID";
+const MEMBER_ID_VOLUME: &str = "member-id";
+
+/// Whether the pods get a stable member id: groups that elect (leader topology, or rolling
+/// updates, which hold update elections). A replaced pod then rejoins as the same member
+/// instead of leaving a Confirmed one behind that counts against quorum for 3 days (see
+/// docs/architecture.md, "Leader groups keep quorum").
+pub fn stable_member_id(h: &Habitat) -> bool {
+    h.spec.service.topology == Topology::Leader
+        || h.spec.service.update_strategy == UpdateStrategy::Rolling
+}
+
+/// The pod's name as its `MEMBER_ID` file: a StatefulSet gives a replaced pod the same name.
+/// Nothing else of `/hab/sup` persists, so the member list starts empty, the supervisor reads
+/// the peer file and rejoins even when every pod IP changed.
+fn member_id_volume() -> Volume {
+    Volume {
+        name: MEMBER_ID_VOLUME.to_string(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: MEMBER_ID_FILE.to_string(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_string(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..DownwardAPIVolumeFile::default()
+            }]),
+            ..DownwardAPIVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 
