@@ -119,8 +119,8 @@ async fn measure<F, Fut>(
     name: &str,
     what: &str,
     change: &str,
-    done: F,
-) -> (Duration, usize)
+    mut done: F,
+) -> (Duration, usize, std::collections::BTreeSet<String>)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -128,7 +128,22 @@ where
     let (samples, task) = sample(env, name);
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.patch(name, change);
-    wait_for(Duration::from_secs(90), what, done).await;
+    let releases = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let seen = releases.clone();
+    wait_for(Duration::from_secs(90), what, || {
+        let seen = seen.clone();
+        let check = done();
+        async move {
+            if let Ok(h) = env.habitats().get(name).await {
+                if let Some(r) = h.status.and_then(|s| s.release) {
+                    seen.lock().expect("lock").insert(r);
+                }
+            }
+            check.await
+        }
+    })
+    .await;
+    let releases = releases.lock().expect("lock").clone();
     env.wait_phase(name, "Ready", timeout(env)).await;
     // Whatever the last change set off has time to show.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -152,7 +167,7 @@ where
         window.as_millis(),
         WINDOW_BOUND.as_millis()
     );
-    (window, counted)
+    (window, counted, releases)
 }
 
 async fn all_at_image(env: &Env, name: &str, count: usize, image: &str) -> bool {
@@ -176,7 +191,7 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
     let name = format!("group{count}");
     env.apply_yaml(&leader_habitat(&name, count as u32, "kinvolk/redis-hab:v1"));
     env.wait_phase(&name, "Ready", timeout(&env)).await;
-    let (window, counted) = measure(
+    let (window, counted, releases) = measure(
         &env,
         &name,
         &format!("image update of {count}"),
@@ -207,6 +222,8 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
         },
     )
     .await;
+    // One member at a time: the status said `mixed` on the way.
+    assert!(releases.contains("mixed"), "releases seen: {releases:?}");
     // Every replaced pod came back as the same member: no Confirmed member was left behind.
     assert_eq!(
         counted, count,
