@@ -1,4 +1,5 @@
-//! The reconcile driver: observe (caches) → decide (the machine) → act (one idempotent step,
+//! The reconcile driver: observe (caches, [`mod@observe`]) → decide (the desired state, the
+//! facts and the machine's answer, [`mod@decide`]) → act (one idempotent step, [`mod@act`],
 //! repeated while each succeeds at once) → persist (one status write, only when it differs).
 //!
 //! Deletion goes through kube's `finalizer` helper: the same pipeline runs, the machine answers
@@ -9,6 +10,7 @@
 pub mod act;
 pub mod conditions;
 pub mod context;
+pub mod decide;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
@@ -22,14 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use habitat_machine::{decide, Blocker, Phase, Step};
+use habitat_machine::{Blocker, Phase, Step};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
 
 use crate::api::{Habitat, Topology, UpdateStrategy, FINALIZER};
-use crate::children;
 use crate::cluster::apply::FIELD_MANAGER;
 use crate::cluster::events::{self, Note};
 use crate::error::{Disposition, Error};
@@ -37,6 +38,7 @@ use crate::reconcile::act::{act, remembered_key};
 use crate::reconcile::conditions::Reason;
 use crate::reconcile::context::Context;
 use crate::reconcile::requeue::RESYNC;
+use decide::Decider;
 use observe::observe;
 use status::{Inputs, Outcome};
 
@@ -92,6 +94,12 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         }
         Err(other) => Err(Error::Finalizer {
             name,
+            retry_after: match &other {
+                finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => {
+                    crate::error::retry_after(e)
+                }
+                _ => None,
+            },
             message: other.to_string(),
         }),
     };
@@ -108,7 +116,10 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
         return Action::await_change();
     }
-    let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
+    // Not sooner than the API server asked for (429/503 with Retry-After), within the cap.
+    let delay = ctx
+        .backoffs
+        .next_at_least(&h.uid().unwrap_or_default(), error.retry_after());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
     tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
@@ -129,8 +140,8 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .and_then(|r| remembered_key(ctx, &ns, &r.name));
 
     let mut snap = observe(h, &ctx.stores, generated);
-    let mut desired = DesiredWorkload::default();
-    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut desired).await;
+    let mut decider = Decider::default();
+    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut decider).await;
     // Standalone supervisors that update themselves: only the census says what they run.
     if follows_channel(h)
         && snap.leader == observe::LeaderView::NotObserved
@@ -140,7 +151,7 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         snap.leader = leader::observe(h, ctx.census.as_ref(), &snap.pods).await;
     }
     let now = Utc::now();
-    let facts = snap.facts(h, desired.get(h, &snap));
+    let facts = decide::facts(h, &snap, &decider.desired(h, &snap));
     let old = h.status.clone().unwrap_or_default();
     let new = status::desired(&Inputs {
         habitat: h,
@@ -193,7 +204,7 @@ async fn drive(
     ctx: &Context,
     phase: Phase,
     snap: &mut observe::Snapshot,
-    desired: &mut DesiredWorkload,
+    decider: &mut Decider,
 ) -> Pass {
     let mut pass = Pass {
         phase,
@@ -203,11 +214,8 @@ async fn drive(
         failure: None,
     };
     for _ in 0..MAX_STEPS {
-        let workload = desired.get(h, snap);
-        let d = decide(
-            pass.phase,
-            &facts_in_pass(snap.facts(h, workload), &pass.transitions),
-        );
+        let plan = decider.next(h, snap, pass.phase, &pass.transitions);
+        let d = plan.decision;
         if d.phase != pass.phase {
             pass.transitions.push((pass.phase, d.phase));
             pass.phase = d.phase;
@@ -224,7 +232,7 @@ async fn drive(
                 break;
             }
             step => {
-                if let Err(e) = act(step, h, ctx, snap, workload, &mut pass.notes).await {
+                if let Err(e) = act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await {
                     if e.disposition() == Disposition::NamespaceTerminating {
                         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
                         pass.outcome = Outcome::NamespaceTerminating;
@@ -238,22 +246,6 @@ async fn drive(
         }
     }
     pass
-}
-
-/// The facts of the next decision of a pass. Once the pass has taken a transition, it is acting
-/// on the current spec: `spec_changed` (generation above the persisted `observedGeneration`)
-/// then no longer means that the spec changed since the object was Ready. Without this, an
-/// object whose status was never written (the operator was killed before its first status
-/// write) or whose spec changed while it was deploying walked to Ready and then flapped
-/// Ready → Updating → Ready until the step limit within one pass.
-fn facts_in_pass(
-    mut facts: habitat_machine::Facts,
-    transitions: &[(Phase, Phase)],
-) -> habitat_machine::Facts {
-    if !transitions.is_empty() {
-        facts.spec_changed = false;
-    }
-    facts
 }
 
 /// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
@@ -298,32 +290,6 @@ fn record(
         }
     }
     notes
-}
-
-/// The desired workload of one reconcile. It depends on the spec and the resolved ring key
-/// only, so it is built again only when the key changes, not on every decision.
-#[derive(Default)]
-struct DesiredWorkload {
-    built_for: Option<ring::KeyState>,
-    workload: Option<children::Workload>,
-}
-
-impl DesiredWorkload {
-    fn get(&mut self, h: &Habitat, snap: &observe::Snapshot) -> Option<&children::Workload> {
-        if self.built_for.as_ref() != Some(&snap.key) {
-            self.workload = workload_for(h, snap);
-            self.built_for = Some(snap.key.clone());
-        }
-        self.workload.as_ref()
-    }
-}
-
-fn workload_for(h: &Habitat, snap: &observe::Snapshot) -> Option<children::Workload> {
-    match &snap.key {
-        ring::KeyState::NotRequired => Some(children::workload(h, None)),
-        ring::KeyState::Ready(k) => Some(children::workload(h, Some(k))),
-        _ => None,
-    }
 }
 
 /// Why a Habitat entered `to`, from the condition that gates that phase.
@@ -454,7 +420,7 @@ mod tests {
     fn dry_pass(mut phase: Phase, facts: habitat_machine::Facts) -> (Phase, Vec<(Phase, Phase)>) {
         let mut transitions = vec![];
         for _ in 0..MAX_STEPS {
-            let d = decide(phase, &facts_in_pass(facts, &transitions));
+            let d = habitat_machine::decide(phase, &decide::facts_in_pass(facts, &transitions));
             if d.phase != phase {
                 transitions.push((phase, d.phase));
                 phase = d.phase;
@@ -607,6 +573,59 @@ mod tests {
         let text = ctx.metrics.render();
         assert!(text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"));
         assert!(text.contains("habitat_operator_requeue_backoff_seconds_count 0"));
+        sandbox.shutdown().await;
+    }
+
+    /// The sandbox sheds load (429 with Retry-After: 1, as kube-apiserver's priority and
+    /// fairness does): the failed reconcile is requeued after at least that second, although
+    /// the object's backoff would have retried after 0.25 to 0.75 s.
+    #[tokio::test]
+    async fn a_429_with_retry_after_requeues_no_sooner_than_asked() {
+        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options {
+            faults: habitat_sandbox::faults::Faults {
+                server_errors: 1.0,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("sandbox starts");
+        let kc = kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("yaml");
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("a config");
+        // kube's client retries 429 and 503 itself by default; this test wants the answer.
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).expect("a client");
+        let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(client.clone(), "default");
+        let mut too_many = None;
+        for _ in 0..100 {
+            match config_maps.list(&Default::default()).await {
+                Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 429) =>
+                {
+                    too_many = Some(e);
+                    break;
+                }
+                _ => continue,
+            }
+        }
+        let source = too_many.expect("the sandbox answered 429 at least once in 100 requests");
+        let error = Error::PersistStatus {
+            name: "redis".into(),
+            source,
+        };
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(1)));
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata.uid = Some("uid-429".into());
+        let ctx = context(client);
+        let action = error_policy(Arc::new(h), &error, ctx.clone());
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let text = ctx.metrics.render();
+        assert!(
+            text.contains("habitat_operator_requeue_backoff_seconds_sum 1"),
+            "{text}"
+        );
         sandbox.shutdown().await;
     }
 }
