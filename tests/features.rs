@@ -463,7 +463,52 @@ async fn an_invalid_spec_is_refused_with_a_message_that_names_the_fields(ground:
     );
 }
 
+/// Supervisors that update themselves from a channel pass `--strategy`, and only the census
+/// says what they run: the status lists them even for the standalone topology.
+async fn a_standalone_group_following_a_channel_shows_its_members_and_release(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "channel-members");
+    env.apply_yaml("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: web}\nspec:\n  image: core/nginx-hab:v3\n  count: 2\n  service: {name: nginx, channel: stable, updateStrategy: at-once, updateCondition: track-channel}\n");
+    env.wait_phase("web", "Ready", timeout(&env)).await;
+    let args = statefulset(&env, "web")
+        .await
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|p| p.containers[0].args.clone().unwrap_or_default())
+        .unwrap_or_default();
+    let pairs: Vec<&[String]> = args.chunks(2).collect();
+    assert!(
+        pairs
+            .iter()
+            .any(|p| p[0] == "--strategy" && p[1] == "at-once")
+            && pairs
+                .iter()
+                .any(|p| p[0] == "--update-condition" && p[1] == "track-channel"),
+        "{args:?}"
+    );
+    let package = habitat_sandbox::nodes::supervisor::package_for("core/nginx-hab:v3", "nginx");
+    wait_for(timeout(&env), "status.members of both pods", || async {
+        let status = env
+            .habitats()
+            .get("web")
+            .await
+            .ok()
+            .and_then(|h| h.status)
+            .unwrap_or_default();
+        let pods: BTreeSet<String> = status
+            .members
+            .iter()
+            .filter(|m| m.alive && m.package == package)
+            .filter_map(|m| m.pod.clone())
+            .collect();
+        pods == BTreeSet::from(["web-0".to_string(), "web-1".to_string()])
+            && status.release.as_deref() == package.splitn(3, '/').nth(2)
+    })
+    .await;
+}
+
 on_both_grounds!(
+    a_standalone_group_following_a_channel_shows_its_members_and_release,
     the_peer_file_is_emptied_when_no_pod_runs_and_refilled_when_one_does,
     a_user_ring_key_is_validated_mounted_and_passed_with_ring,
     a_generated_ring_key_is_shared_kept_across_restarts_and_deletions_and_rings_coexist,

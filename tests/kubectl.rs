@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::Ground;
+use support::{timeout, wait_for, Ground};
 
 async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events(
     ground: Ground,
@@ -54,11 +54,23 @@ async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_condit
     assert_eq!(row[4], "leader");
 
     let wide = env.kubectl_ok(&["get", "hab", "-o", "wide"]);
-    assert!(
-        wide.lines().next().unwrap_or_default().ends_with("IMAGE"),
-        "{wide}"
-    );
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(header.ends_with(&["IMAGE", "RELEASE"]), "{wide}");
     assert!(wide.contains("kinvolk/redis-hab"), "{wide}");
+    // The release the census reports, once it has been read.
+    wait_for(timeout(&env), "the RELEASE column to be filled", || async {
+        let wide = env.kubectl_ok(&["get", "hab", "-o", "wide"]);
+        wide.lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().last())
+            .is_some_and(|r| r.starts_with("0.1.0/"))
+    })
+    .await;
 
     env.kubectl_ok(&[
         "wait",

@@ -126,6 +126,13 @@ pub const IMAGE_REFERENCE_RULE: &str = "self.size() == 0 || self.matches('^((?:[
         json_path = ".spec.image",
         priority = "1",
         description = "Service image"
+    ),
+    printcolumn(
+        name = "Release",
+        type_ = "string",
+        json_path = ".status.release",
+        priority = "1",
+        description = "Release the supervisors run (version/release), or mixed"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -160,6 +167,7 @@ fn default_count() -> i32 {
 /// The supervisor's view of the service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = Rule::new("!(has(self.ring) && has(self.ringSecretName))").message("spec.service.ring and spec.service.ringSecretName are mutually exclusive; set one"))]
+#[x_kube(validation = Rule::new(TRACK_CHANNEL_RULE).message(TRACK_CHANNEL_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// The Habitat package's service name (the `name` of the package), e.g. `redis`. At most
@@ -183,6 +191,20 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
     pub channel: Option<String>,
+    /// How the supervisors update the package themselves from `channel` (supervisor
+    /// `--strategy`): `none` (default: never; new releases come only with a new image),
+    /// `at-once` (every supervisor as soon as a release appears) or `rolling` (one at a time,
+    /// in the order of an update election). See docs/updates.md.
+    #[serde(default)]
+    // `at-once`/`rolling`, the longest value has 7 characters.
+    #[schemars(extend("maxLength" = 7))]
+    pub update_strategy: UpdateStrategy,
+    /// Which release counts as an update (supervisor `--update-condition`): `latest` (default:
+    /// only a newer release) or `track-channel` (whatever the channel holds, older ones too;
+    /// needs `channel`).
+    #[serde(default)]
+    #[schemars(extend("maxLength" = 13))]
+    pub update_condition: UpdateCondition,
     /// Name of a Secret in the same namespace whose key `user.toml` configures the service.
     /// Changes to its content reach running supervisors without a restart. At most 253
     /// characters.
@@ -232,6 +254,57 @@ impl Topology {
         match self {
             Topology::Standalone => "standalone",
             Topology::Leader => "leader",
+        }
+    }
+}
+
+/// The CEL rule that refuses `updateCondition: track-channel` without a channel. Every field
+/// it reads is bounded (`channel` has at most 63 characters, the condition is an enum).
+pub const TRACK_CHANNEL_RULE: &str = "!has(self.updateCondition) || self.updateCondition != 'track-channel' || (has(self.channel) && self.channel.size() > 0)";
+/// What [`TRACK_CHANNEL_RULE`] says; `validate` says the same.
+pub const TRACK_CHANNEL_MESSAGE: &str = "spec.service.updateCondition track-channel follows a channel: set spec.service.channel, or use updateCondition latest";
+
+/// Supervisor `--strategy`: how supervisors update their package from the channel.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpdateStrategy {
+    /// Never update: the package changes only with a new image.
+    #[default]
+    None,
+    /// Every supervisor updates as soon as the channel has an update.
+    AtOnce,
+    /// One supervisor at a time, in the order of an update election.
+    Rolling,
+}
+
+impl UpdateStrategy {
+    /// The value of the supervisor's `--strategy` flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateStrategy::None => "none",
+            UpdateStrategy::AtOnce => "at-once",
+            UpdateStrategy::Rolling => "rolling",
+        }
+    }
+}
+
+/// Supervisor `--update-condition`: which release of the channel counts as an update.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpdateCondition {
+    /// Only a release newer than the running one.
+    #[default]
+    Latest,
+    /// The channel's release, older or newer: rolls back when the channel does.
+    TrackChannel,
+}
+
+impl UpdateCondition {
+    /// The value of the supervisor's `--update-condition` flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateCondition::Latest => "latest",
+            UpdateCondition::TrackChannel => "track-channel",
         }
     }
 }
@@ -448,6 +521,39 @@ pub struct HabitatStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TIME_LEN))]
     pub last_phase_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The supervisors of the group as their census shows them (members not departed, alive
+    /// ones first), at most 1024.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub members: Vec<MemberStatus>,
+    /// The release the alive members run (`version/release` of their package), or `mixed`
+    /// while they run different ones, for the RELEASE column of `kubectl get -o wide`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    pub release: Option<String>,
+}
+
+/// One supervisor of the group, from the census.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Its pod (for a dead member, the pod it ran in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME_LEN))]
+    pub pod: Option<String>,
+    /// Supervisor member id.
+    #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    pub member_id: String,
+    /// The package it runs: `origin/name/version/release`.
+    #[serde(default)]
+    #[schemars(length(max = 255))]
+    pub package: String,
+    /// Alive in the gossip ring (a dead member stays, Confirmed, until it departs).
+    #[serde(default)]
+    pub alive: bool,
+    /// The elected leader.
+    #[serde(default)]
+    pub leader: bool,
 }
 
 impl Habitat {
@@ -510,9 +616,10 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["Phase", "Ready", "Leader", "Topology", "Age", "Image"]
+            ["Phase", "Ready", "Leader", "Topology", "Age", "Image", "Release"]
         );
         assert_eq!(cols[5]["priority"], 1);
+        assert_eq!(cols[6]["priority"], 1, "RELEASE is shown with -o wide");
         assert_eq!(crd["spec"]["names"]["shortNames"][0], "hab");
     }
 

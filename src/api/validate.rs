@@ -4,8 +4,8 @@
 
 use crate::api::key_name::KeyName;
 use crate::api::{
-    Habitat, MAX_BINDS, MAX_HABITAT_NAME_LEN, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN, MAX_OBJECT_NAME_LEN,
-    MAX_PATH_LEN, MAX_RING_NAME_LEN,
+    Habitat, UpdateCondition, MAX_BINDS, MAX_HABITAT_NAME_LEN, MAX_HAB_NAME_LEN, MAX_IMAGE_LEN,
+    MAX_OBJECT_NAME_LEN, MAX_PATH_LEN, MAX_RING_NAME_LEN, TRACK_CHANNEL_MESSAGE,
 };
 use kube::ResourceExt;
 
@@ -202,6 +202,11 @@ pub fn problem(h: &Habitat) -> Option<String> {
                 "spec.service.channel {channel:?} must be 1-63 letters, digits, '_', '-' or '.'"
             ));
         }
+    }
+    if svc.update_condition == UpdateCondition::TrackChannel
+        && svc.channel.as_deref().is_none_or(str::is_empty)
+    {
+        return Some(TRACK_CHANNEL_MESSAGE.into());
     }
     if svc.ring.is_some() && svc.ring_secret_name.is_some() {
         return Some(
@@ -404,6 +409,14 @@ mod tests {
                 "spec.service.bind[0].group",
             ),
             (habitat().channel(""), "spec.service.channel \"\""),
+            (
+                {
+                    let mut h = habitat();
+                    h.spec.service.update_condition = crate::api::UpdateCondition::TrackChannel;
+                    h
+                },
+                "updateCondition track-channel follows a channel: set spec.service.channel",
+            ),
             (habitat().channel("a b"), "spec.service.channel \"a b\""),
         ];
         for (h, expected) in cases {

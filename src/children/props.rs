@@ -120,6 +120,8 @@ fn supervisor_args_ok(h: &Habitat, c: &Container) -> Result<(), TestCaseError> {
                 "--channel {value:?}"
             ),
             "--peer-watch-file" => prop_assert!(value.starts_with('/')),
+            "--strategy" => prop_assert!(matches!(value, "at-once" | "rolling")),
+            "--update-condition" => prop_assert!(value == "track-channel"),
             "--bind" => {
                 let (name, rest) = value.split_once(':').unwrap_or_default();
                 let (service, group) = rest.split_once('.').unwrap_or_default();
@@ -375,6 +377,7 @@ fn habitat() -> impl Strategy<Value = Habitat> {
                             ring_secret_name,
                             ring,
                             bind,
+                            ..ServiceSpec::default()
                         },
                         env: vec![],
                         persistent_storage,

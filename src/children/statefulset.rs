@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, ObjectFieldSelector,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
     SecretVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
 };
@@ -16,7 +17,10 @@ use kube::ResourceExt;
 use super::child_meta;
 use super::peer_config::{peer_file_path, PEER_DIR};
 use crate::api::key_name::KeyName;
-use crate::api::{Habitat, Topology, LABEL_TOPOLOGY, RING_KEY_DATA_KEY, USER_TOML_KEY};
+use crate::api::{
+    Habitat, Topology, UpdateCondition, UpdateStrategy, LABEL_TOPOLOGY, RING_KEY_DATA_KEY,
+    USER_TOML_KEY,
+};
 
 /// Name of the service container.
 pub const CONTAINER: &str = "habitat-service";
@@ -111,6 +115,20 @@ pub fn supervisor_args(h: &Habitat, ring_key: Option<&KeyName>) -> Vec<String> {
     if let Some(channel) = &svc.channel {
         args.extend(["--channel".to_string(), channel.clone()]);
     }
+    // Only what differs from the supervisor's defaults (`none`, `latest`): adding the flags to
+    // every StatefulSet would restart the pods of every Habitat on an operator upgrade.
+    if svc.update_strategy != UpdateStrategy::None {
+        args.extend([
+            "--strategy".to_string(),
+            svc.update_strategy.as_str().to_string(),
+        ]);
+    }
+    if svc.update_condition != UpdateCondition::Latest {
+        args.extend([
+            "--update-condition".to_string(),
+            svc.update_condition.as_str().to_string(),
+        ]);
+    }
     args.extend(["--peer-watch-file".to_string(), peer_file_path()]);
     for b in &svc.bind {
         args.extend([
@@ -187,6 +205,15 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
             true,
         ));
     }
+    if stable_member_id(h) {
+        volumes.push(member_id_volume());
+        mounts.push(mount(
+            MEMBER_ID_VOLUME,
+            MEMBER_ID_PATH,
+            Some(MEMBER_ID_FILE),
+            true,
+        ));
+    }
     if let Some(storage) = &h.spec.persistent_storage {
         mounts.push(mount(
             storage.claim_template(),
@@ -221,6 +248,42 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
         }],
         volumes: Some(volumes),
         ..PodSpec::default()
+    }
+}
+
+/// Where the supervisor reads its member id at boot (`sup/src/manager.rs` `load_member`: the
+/// file's content as it is; a new random id is written only when the file is missing).
+pub const MEMBER_ID_PATH: &str = "/hab/sup/default/MEMBER_ID";
+const MEMBER_ID_FILE: &str = "MEMBER_ID";
+const MEMBER_ID_VOLUME: &str = "member-id";
+
+/// Whether the pods get a stable member id: groups that elect (leader topology, or rolling
+/// updates, which hold update elections). A replaced pod then rejoins as the same member
+/// instead of leaving a Confirmed one behind that counts against quorum for 3 days (see
+/// docs/architecture.md, "Leader groups keep quorum").
+pub fn stable_member_id(h: &Habitat) -> bool {
+    h.spec.service.topology == Topology::Leader
+        || h.spec.service.update_strategy == UpdateStrategy::Rolling
+}
+
+/// The pod's name as its `MEMBER_ID` file: a StatefulSet gives a replaced pod the same name.
+/// Nothing else of `/hab/sup` persists, so the member list starts empty, the supervisor reads
+/// the peer file and rejoins even when every pod IP changed.
+fn member_id_volume() -> Volume {
+    Volume {
+        name: MEMBER_ID_VOLUME.to_string(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: MEMBER_ID_FILE.to_string(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_string(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..DownwardAPIVolumeFile::default()
+            }]),
+            ..DownwardAPIVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 

@@ -43,6 +43,12 @@ pub struct Member {
     /// Whether the member is alive (exactly one of alive/suspect/confirmed/departed is true).
     #[serde(default)]
     pub alive: bool,
+    /// Whether the member departed (it no longer counts for quorum).
+    #[serde(default)]
+    pub departed: bool,
+    /// The package it runs, `origin/name/version/release`.
+    #[serde(default)]
+    pub package: String,
     /// Addresses of the member.
     pub sys: SysInfo,
 }
@@ -52,6 +58,9 @@ pub struct Member {
 pub struct SysInfo {
     /// The member's IP: the pod IP.
     pub ip: String,
+    /// The member's host name: the pod name.
+    #[serde(default)]
+    pub hostname: String,
 }
 
 /// What the census says about a group's election.

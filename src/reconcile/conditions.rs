@@ -21,11 +21,14 @@ pub enum ConditionType {
     Progressing,
     /// Summary: the Habitat is Ready and healthy.
     Ready,
+    /// The alive supervisors run different releases (True), as during a rolling update; its
+    /// reason turns `MixedTooLong` when that lasts longer than a rollout should.
+    MixedReleases,
 }
 
 impl ConditionType {
     /// Every type, in written order.
-    pub const ALL: [ConditionType; 7] = [
+    pub const ALL: [ConditionType; 8] = [
         ConditionType::ConfigMapReady,
         ConditionType::KeyReady,
         ConditionType::Deployed,
@@ -33,6 +36,7 @@ impl ConditionType {
         ConditionType::LeaderElected,
         ConditionType::Progressing,
         ConditionType::Ready,
+        ConditionType::MixedReleases,
     ];
 
     /// The `type` field.
@@ -45,6 +49,7 @@ impl ConditionType {
             ConditionType::LeaderElected => "LeaderElected",
             ConditionType::Progressing => "Progressing",
             ConditionType::Ready => "Ready",
+            ConditionType::MixedReleases => "MixedReleases",
         }
     }
 }
@@ -106,6 +111,12 @@ pub enum Reason {
     InvalidSpec,
     /// The last attempt failed; it is retried with backoff.
     ReconcileFailed,
+    /// Every alive supervisor runs one release.
+    OneRelease,
+    /// The alive supervisors run different releases, for less than a rollout should take.
+    RollingUpdate,
+    /// The alive supervisors have run different releases for longer than a rollout should take.
+    MixedTooLong,
 }
 
 impl Reason {
@@ -138,6 +149,9 @@ impl Reason {
             Reason::NotYetReady => "NotYetReady",
             Reason::Degraded => "Degraded",
             Reason::InvalidSpec => "InvalidSpec",
+            Reason::OneRelease => "OneRelease",
+            Reason::RollingUpdate => "RollingUpdate",
+            Reason::MixedTooLong => "MixedTooLong",
             Reason::ReconcileFailed => "ReconcileFailed",
         }
     }

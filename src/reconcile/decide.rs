@@ -243,6 +243,7 @@ mod tests {
             },
             pod: Some("redis-0".into()),
             alive: alive.iter().map(|s| s.to_string()).collect(),
+            members: vec![],
         }
     }
 

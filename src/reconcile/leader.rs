@@ -5,9 +5,44 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::Habitat;
-use crate::cluster::census::{CensusSource, Election};
+use crate::api::MemberStatus;
+use crate::cluster::census::{Census, CensusSource, Election};
 use crate::reconcile::observe::LeaderView;
 use crate::reconcile::peer::{is_running, ordinal, pod_ip};
+
+/// Most members listed in the status (the count's bound, plus room for dead members).
+pub const MAX_MEMBERS: usize = 1024;
+
+/// The group's members that have not departed, alive ones first, then by pod and id. A member
+/// is mapped to a running pod by its IP; a dead one keeps the host name it had (the pod name).
+pub fn members(c: &Census, group: &str, running: &[&Pod]) -> Vec<MemberStatus> {
+    let Some(g) = c.census_groups.get(group) else {
+        return vec![];
+    };
+    let finished = g.election_status == "ElectionFinished";
+    let mut out: Vec<MemberStatus> = g
+        .population
+        .values()
+        .filter(|m| !m.departed)
+        .map(|m| {
+            let pod = running
+                .iter()
+                .find(|p| m.alive && pod_ip(p) == Some(m.sys.ip.as_str()))
+                .map(|p| p.name_any())
+                .or_else(|| (!m.sys.hostname.is_empty()).then(|| m.sys.hostname.clone()));
+            MemberStatus {
+                pod,
+                member_id: m.member_id.clone(),
+                package: m.package.clone(),
+                alive: m.alive,
+                leader: finished && m.leader && m.alive,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (!a.alive, &a.pod, &a.member_id).cmp(&(!b.alive, &b.pod, &b.member_id)));
+    out.truncate(MAX_MEMBERS);
+    out
+}
 
 /// How many supervisors are asked before the census counts as unreachable.
 const MAX_ATTEMPTS: usize = 3;
@@ -33,6 +68,7 @@ pub async fn observe(h: &Habitat, census: &dyn CensusSource, pods: &[Pod]) -> Le
                 };
                 return LeaderView::Observed {
                     alive: c.alive_ips(&group),
+                    members: members(&c, &group, &running),
                     election,
                     pod: leader_pod,
                 };
@@ -90,6 +126,67 @@ pub(crate) mod tests {
         ];
         let view = observe(&habitat().leader(), &src, &pods).await;
         assert_eq!(view.pod(), Some("redis-1"));
+    }
+
+    #[tokio::test]
+    async fn the_members_carry_their_pod_package_and_role_and_departed_ones_are_left_out() {
+        let mut census = census_json(
+            "ElectionFinished",
+            &[
+                ("a", "10.0.0.1", false, true),
+                ("b", "10.0.0.2", true, true),
+                ("c", "10.0.0.9", false, false),
+                ("d", "10.0.0.8", false, false),
+            ],
+        );
+        let pop = &mut census["census_groups"]["redis.default"]["population"];
+        pop["a"]["package"] = "core/redis/7.0.1/20250101000000".into();
+        pop["b"]["package"] = "core/redis/7.0.2/20250202000000".into();
+        pop["c"]["sys"]["hostname"] = "redis-2".into();
+        pop["d"]["departed"] = true.into();
+        pop["d"]["confirmed"] = false.into();
+        let src = Scripted(HashMap::from([("10.0.0.1".to_string(), census)]));
+        let pods = [
+            pod(0, "10.0.0.1", "Running", true),
+            pod(1, "10.0.0.2", "Running", true),
+        ];
+        let LeaderView::Observed { members, .. } = observe(&habitat().leader(), &src, &pods).await
+        else {
+            panic!("observed");
+        };
+        let rows: Vec<(Option<&str>, &str, &str, bool, bool)> = members
+            .iter()
+            .map(|m| {
+                let p = m.pod.as_deref();
+                (
+                    p,
+                    m.member_id.as_str(),
+                    m.package.as_str(),
+                    m.alive,
+                    m.leader,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    Some("redis-0"),
+                    "a",
+                    "core/redis/7.0.1/20250101000000",
+                    true,
+                    false
+                ),
+                (
+                    Some("redis-1"),
+                    "b",
+                    "core/redis/7.0.2/20250202000000",
+                    true,
+                    true
+                ),
+                (Some("redis-2"), "c", "", false, false),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
 
-use crate::api::{Habitat, Topology, FINALIZER};
+use crate::api::{Habitat, Topology, UpdateStrategy, FINALIZER};
 use crate::cluster::apply::FIELD_MANAGER;
 use crate::cluster::events::{self, Note};
 use crate::error::{Disposition, Error};
@@ -141,6 +141,14 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     let mut snap = observe(h, &ctx.stores, generated);
     let mut decider = Decider::default();
     let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut decider).await;
+    // Standalone supervisors that update themselves: only the census says what they run.
+    if follows_channel(h)
+        && snap.leader == observe::LeaderView::NotObserved
+        && snap.pods.iter().any(peer::is_running)
+        && h.metadata.deletion_timestamp.is_none()
+    {
+        snap.leader = leader::observe(h, ctx.census.as_ref(), &snap.pods).await;
+    }
     let now = Utc::now();
     let facts = decide::facts(h, &snap, &decider.desired(h, &snap));
     let old = h.status.clone().unwrap_or_default();
@@ -162,6 +170,12 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         Some(e) => Err(e),
         None => Ok(next_action(ctx, h, &uid, &pass.outcome)),
     }
+}
+
+/// Whether the supervisors may change the package themselves (`updateStrategy` other than
+/// `none`), so the census is read for `status.members` even outside the leader topology.
+fn follows_channel(h: &Habitat) -> bool {
+    h.spec.service.update_strategy != UpdateStrategy::None
 }
 
 /// The persisted phase; an unknown value restarts the lifecycle.
@@ -362,7 +376,8 @@ async fn persist(
 
 /// When to look at the object again, given how the reconcile ended.
 fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Action {
-    let leader = h.spec.service.topology == Topology::Leader;
+    // Leader groups, and supervisors following a channel, are re-read at the census' pace.
+    let leader = h.spec.service.topology == Topology::Leader || follows_channel(h);
     match outcome {
         Outcome::Busy => Action::requeue(Duration::from_millis(200)),
         // Not reached: a failed pass returns its error, and `error_policy` picks the delay.

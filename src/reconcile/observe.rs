@@ -8,7 +8,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
 use crate::api::key_name::KeyName;
-use crate::api::{Habitat, LABEL_NAME, USER_TOML_KEY};
+use crate::api::{Habitat, MemberStatus, LABEL_NAME, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
 use crate::reconcile::ring::{self, KeyState};
@@ -28,6 +28,8 @@ pub enum LeaderView {
         pod: Option<String>,
         /// IPs of the group's alive members.
         alive: Vec<String>,
+        /// The group's members that have not departed, for the status.
+        members: Vec<MemberStatus>,
     },
 }
 

@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use habitat_machine::{Blocker, Facts, Phase};
 use kube::ResourceExt;
 
-use crate::api::{Habitat, HabitatStatus, Topology};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::api::{Habitat, HabitatStatus, MemberStatus, Topology};
 use crate::cluster::census::Election;
 use crate::reconcile::conditions::{self, ConditionType as T, Desired, Reason as R};
 use crate::reconcile::observe::{LeaderView, Snapshot};
@@ -65,7 +68,16 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
         }
         _ => None,
     };
-    let wanted = conditions_for(i, ready_replicas);
+    let members = match &i.snapshot.leader {
+        LeaderView::Observed { members, .. } => members.clone(),
+        // Unread or unreachable: keep what was known.
+        _ => previous.members.clone(),
+    };
+    let release = release_of(&members);
+    let mut wanted = conditions_for(i, ready_replicas);
+    if let Some(c) = mixed_condition(&previous, release.as_deref(), &members, i.now) {
+        wanted.push(c);
+    }
     HabitatStatus {
         phase: Some(i.phase.to_string()),
         observed_generation: Some(generation),
@@ -76,6 +88,8 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
         peer_ip: i.snapshot.current_peer().map(str::to_string),
         leader,
         ring_secret_name: i.snapshot.key.key().map(|k| k.full()),
+        members,
+        release,
         last_phase_transition_time: if i.phase_changed
             || previous.last_phase_transition_time.is_none()
         {
@@ -84,6 +98,89 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
             previous.last_phase_transition_time
         },
     }
+}
+
+/// How long alive members may run different releases before `MixedReleases` says
+/// `MixedTooLong`: a rolling update of a large group, one member at a time, fits in it.
+pub const MIXED_RELEASES_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// What the RELEASE column shows.
+pub const MIXED: &str = "mixed";
+
+/// `version/release` of a package ident `origin/name/version/release`.
+fn version_release(package: &str) -> &str {
+    let mut slashes = package.match_indices('/').map(|(i, _)| i);
+    match slashes.nth(1) {
+        Some(i) => &package[i + 1..],
+        None => package,
+    }
+}
+
+/// The release the alive members run, [`MIXED`] when they differ, `None` when none is known.
+fn release_of(members: &[MemberStatus]) -> Option<String> {
+    let releases: BTreeSet<&str> = members
+        .iter()
+        .filter(|m| m.alive && !m.package.is_empty())
+        .map(|m| version_release(&m.package))
+        .collect();
+    match releases.len() {
+        0 => None,
+        1 => releases.into_iter().next().map(str::to_string),
+        _ => Some(MIXED.to_string()),
+    }
+}
+
+/// `MixedReleases`, once the census was read: True while alive members run different
+/// releases, since the time that started (kept in the condition's transition time), and
+/// `MixedTooLong` after [`MIXED_RELEASES_GRACE`].
+fn mixed_condition(
+    previous: &HabitatStatus,
+    release: Option<&str>,
+    members: &[MemberStatus],
+    now: DateTime<Utc>,
+) -> Option<Desired> {
+    release?;
+    if release != Some(MIXED) {
+        return Some(Desired::new(
+            T::MixedReleases,
+            false,
+            R::OneRelease,
+            format!("every alive member runs {}", release.unwrap_or_default()),
+        ));
+    }
+    let mut packages: Vec<&str> = members
+        .iter()
+        .filter(|m| m.alive)
+        .map(|m| m.package.as_str())
+        .collect();
+    packages.sort_unstable();
+    packages.dedup();
+    let since = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == T::MixedReleases.as_str() && c.status == "True")
+        .map(|c| conditions::from_time(&c.last_transition_time))
+        .unwrap_or(now);
+    let lasted = (now - since).to_std().unwrap_or_default();
+    let (reason, message) = if lasted > MIXED_RELEASES_GRACE {
+        (
+            R::MixedTooLong,
+            format!(
+                "the members have run different releases for {} minutes, longer than a rollout should take: {}; check the supervisors' update logs and spec.service.updateStrategy",
+                lasted.as_secs() / 60,
+                packages.join(", ")
+            ),
+        )
+    } else {
+        (
+            R::RollingUpdate,
+            format!(
+                "the members run different releases: {}",
+                packages.join(", ")
+            ),
+        )
+    };
+    Some(Desired::new(T::MixedReleases, true, reason, message))
 }
 
 /// Whether two statuses say the same thing (conditions compared regardless of order).
@@ -253,7 +350,7 @@ fn leader_condition(h: &Habitat, view: &LeaderView) -> Desired {
 fn ready_condition(i: &Inputs<'_>, others: &[Desired], available: bool) -> Desired {
     let first_false = others
         .iter()
-        .find(|d| !d.status && d.type_ != T::Progressing);
+        .find(|d| !d.status && !matches!(d.type_, T::Progressing | T::MixedReleases));
     if let Some(problem) = &i.snapshot.spec_problem {
         return Desired::new(T::Ready, false, R::InvalidSpec, problem.clone());
     }
@@ -294,5 +391,74 @@ fn ready_condition(i: &Inputs<'_>, others: &[Desired], available: bool) -> Desir
                 .unwrap_or(R::NotYetReady);
             Desired::new(T::Ready, false, reason, format!("phase {phase}: {why}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::conditions::merge;
+
+    fn member(id: &str, package: &str, alive: bool) -> MemberStatus {
+        MemberStatus {
+            pod: Some(format!("redis-{id}")),
+            member_id: id.into(),
+            package: package.into(),
+            alive,
+            leader: false,
+        }
+    }
+
+    #[test]
+    fn the_release_column_shows_one_release_or_mixed_among_alive_members() {
+        let v1 = "core/redis/7.0.1/20250101000000";
+        let v2 = "core/redis/7.0.2/20250202000000";
+        assert_eq!(release_of(&[]), None);
+        assert_eq!(
+            release_of(&[member("a", v1, true), member("b", v2, false)]).as_deref(),
+            Some("7.0.1/20250101000000"),
+            "a dead member's release does not count"
+        );
+        assert_eq!(
+            release_of(&[member("a", v1, true), member("b", v2, true)]).as_deref(),
+            Some(MIXED)
+        );
+    }
+
+    #[test]
+    fn mixed_releases_turn_into_a_warning_after_the_grace_and_clear_when_uniform() {
+        let v1 = "core/redis/7.0.1/20250101000000";
+        let v2 = "core/redis/7.0.2/20250202000000";
+        let mixed = [member("a", v1, true), member("b", v2, true)];
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("time");
+        let mut previous = HabitatStatus::default();
+        let at = |previous: &HabitatStatus, members: &[MemberStatus], now| {
+            mixed_condition(previous, release_of(members).as_deref(), members, now)
+                .expect("a condition")
+        };
+        let c = at(&previous, &mixed, t0);
+        assert_eq!((c.status, c.reason), (true, R::RollingUpdate));
+        assert!(
+            c.message.contains(v1) && c.message.contains(v2),
+            "{}",
+            c.message
+        );
+        previous.conditions = merge(&[], &[c], 1, t0);
+        let later = t0 + chrono::Duration::seconds(60);
+        assert_eq!(at(&previous, &mixed, later).reason, R::RollingUpdate);
+        let too_late = t0
+            + chrono::Duration::from_std(MIXED_RELEASES_GRACE).expect("grace")
+            + chrono::Duration::seconds(1);
+        let c = at(&previous, &mixed, too_late);
+        assert_eq!((c.status, c.reason), (true, R::MixedTooLong));
+        assert!(
+            c.message.contains("longer than a rollout should take"),
+            "{}",
+            c.message
+        );
+        let uniform = [member("a", v2, true), member("b", v2, true)];
+        let c = at(&previous, &uniform, too_late);
+        assert_eq!((c.status, c.reason), (false, R::OneRelease));
+        assert_eq!(mixed_condition(&previous, None, &[], too_late), None);
     }
 }

@@ -17,8 +17,9 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -89,6 +90,38 @@ pub async fn refuse_real_nodes(client: &Client) -> Result<(), NodesError> {
     }
 }
 
+/// The objects of one watch as JSON, kept in step with the watch events: each event
+/// serializes only the object it carries, so a change costs one object, not the whole store.
+#[derive(Debug, Default)]
+pub struct JsonMirror {
+    objects: Mutex<BTreeMap<String, Arc<Value>>>,
+}
+
+impl JsonMirror {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Value>>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every object, shared (cloning the list costs one pointer per object).
+    pub fn values(&self) -> Vec<Arc<Value>> {
+        self.lock().values().cloned().collect()
+    }
+}
+
+fn key_of<K: kube::Resource>(o: &K) -> String {
+    o.meta().uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or_default(),
+            o.meta().name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
+fn as_json<K: serde::Serialize>(o: &K) -> Option<Arc<Value>> {
+    serde_json::to_value(o).ok().map(Arc::new)
+}
+
 /// The longest wait of the nodes' watches between two attempts.
 pub const WATCH_BACKOFF_CAP: Duration = Duration::from_secs(2);
 const WATCH_BACKOFF_START: Duration = Duration::from_millis(100);
@@ -125,30 +158,56 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// A reflector over `api` whose every change bumps `version` and wakes `notify`.
+/// A reflector over `api` whose every change bumps `version`, wakes `notify` and updates the
+/// returned JSON mirror (for the supervisors) with the changed object only.
 fn reflect<K>(
     api: Api<K>,
     version: Arc<AtomicU64>,
     notify: Arc<Notify>,
-) -> (Store<K>, JoinHandle<()>)
+) -> (Store<K>, Arc<JsonMirror>, JoinHandle<()>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,
 {
     let (reader, writer) = reflector::store();
+    let mirror = Arc::new(JsonMirror::default());
     let stream = watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .reflect(writer);
+    let m = mirror.clone();
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
+        let mut relist: Option<BTreeMap<String, Arc<Value>>> = None;
         while let Some(event) = stream.next().await {
             match event {
-                Ok(_) => {
+                Ok(event) => {
+                    match event {
+                        watcher::Event::Apply(o) => {
+                            if let Some(v) = as_json(&o) {
+                                m.lock().insert(key_of(&o), v);
+                            }
+                        }
+                        watcher::Event::Delete(o) => {
+                            m.lock().remove(&key_of(&o));
+                        }
+                        watcher::Event::Init => relist = Some(BTreeMap::new()),
+                        watcher::Event::InitApply(o) => {
+                            if let (Some(buf), Some(v)) = (relist.as_mut(), as_json(&o)) {
+                                buf.insert(key_of(&o), v);
+                            }
+                        }
+                        watcher::Event::InitDone => {
+                            if let Some(buf) = relist.take() {
+                                *m.lock() = buf;
+                            }
+                        }
+                    }
                     version.fetch_add(1, Ordering::Relaxed);
                     notify.notify_one();
                 }
@@ -156,7 +215,7 @@ where
             }
         }
     });
-    (reader, task)
+    (reader, mirror, task)
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -169,17 +228,6 @@ where
     }
 }
 
-fn values<K>(store: &Store<K>) -> Vec<Value>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize,
-{
-    store
-        .state()
-        .iter()
-        .filter_map(|o| serde_json::to_value(&**o).ok())
-        .collect()
-}
-
 impl Nodes {
     /// Checks that the API server has no Nodes, then starts the kubelet and (optionally) the
     /// supervisors against it.
@@ -188,8 +236,9 @@ impl Nodes {
         let version = Arc::new(AtomicU64::new(0));
         let notify = Arc::new(Notify::new());
         let ns = opts.namespace.as_deref();
-        let (pods, pod_task) = reflect(api::<Pod>(&client, ns), version.clone(), notify.clone());
-        let (config_maps, cm_task) = reflect(
+        let (pods, pod_json, pod_task) =
+            reflect(api::<Pod>(&client, ns), version.clone(), notify.clone());
+        let (config_maps, cm_json, cm_task) = reflect(
             api::<ConfigMap>(&client, ns),
             version.clone(),
             notify.clone(),
@@ -213,7 +262,7 @@ impl Nodes {
                     if seen == Some(now) {
                         hub.step(None);
                     } else {
-                        let (p, c) = (values(&pods), values(&config_maps));
+                        let (p, c) = (pod_json.values(), cm_json.values());
                         hub.step(Some((&p, &c)));
                     }
                 }

@@ -59,6 +59,22 @@ fn walk(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
     }
 }
 
+/// `v` with every null-valued member of an object removed: the real server's CEL sees a field
+/// set to null (`channel: null`, allowed by `nullable: true`) as absent, so `has()` is false
+/// for it (recorded in tests/admission/cases.yaml, case track-channel-with-null-channel).
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), without_nulls(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
 /// True when a rule names `oldSelf` (a transition rule).
 pub fn is_transition(rule: &str) -> bool {
     Program::compile(rule)
@@ -83,9 +99,9 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, path: &str) -> Optio
         return None;
     }
     let mut ctx = Context::default();
-    ctx.add_variable("self", v).ok()?;
+    ctx.add_variable("self", without_nulls(v)).ok()?;
     if let Some(o) = old.filter(|_| transition) {
-        ctx.add_variable("oldSelf", o).ok()?;
+        ctx.add_variable("oldSelf", without_nulls(o)).ok()?;
     }
     let field = match rule["fieldPath"].as_str() {
         Some(fp) => format!("{path}{}", field_path(fp)),

@@ -75,6 +75,47 @@ fn supervisor_arguments_for_each_spec_variant() {
             ],
         ),
         (
+            {
+                let mut h = habitat().channel("stable");
+                h.spec.service.update_strategy = crate::api::UpdateStrategy::Rolling;
+                h.spec.service.update_condition = crate::api::UpdateCondition::TrackChannel;
+                h
+            },
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--channel",
+                "stable",
+                "--strategy",
+                "rolling",
+                "--update-condition",
+                "track-channel",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
+            {
+                let mut h = habitat();
+                h.spec.service.update_strategy = crate::api::UpdateStrategy::AtOnce;
+                h
+            },
+            None,
+            vec![
+                "--topology",
+                "standalone",
+                "--group",
+                "default",
+                "--strategy",
+                "at-once",
+                "--peer-watch-file",
+                peer,
+            ],
+        ),
+        (
             habitat()
                 .bind("db", "postgresql", "default")
                 .bind("cache", "redis", "blue"),
@@ -323,4 +364,51 @@ fn env_is_passed_to_the_service_container() {
         pod(&h, None).containers[0].env.as_ref().unwrap()[0].name,
         "HAB_REDIS"
     );
+}
+
+#[test]
+fn groups_that_elect_read_a_stable_member_id_from_the_pod_name() {
+    let pod = |h: &Habitat| statefulset(h, None).spec.unwrap().template.spec.unwrap();
+    let leader = pod(&habitat().leader());
+    let volume = leader
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "member-id")
+        .expect("a member-id volume");
+    let item = &volume
+        .downward_api
+        .as_ref()
+        .unwrap()
+        .items
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        (
+            item.path.as_str(),
+            item.field_ref.as_ref().unwrap().field_path.as_str()
+        ),
+        ("MEMBER_ID", "metadata.name")
+    );
+    let m = leader.containers[0]
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == "member-id")
+        .expect("a member-id mount");
+    assert_eq!(
+        (m.mount_path.as_str(), m.sub_path.as_deref(), m.read_only),
+        ("/hab/sup/default/MEMBER_ID", Some("MEMBER_ID"), Some(true))
+    );
+    let mut rolling = habitat();
+    rolling.spec.service.update_strategy = crate::api::UpdateStrategy::Rolling;
+    assert!(stable_member_id(&rolling));
+    let standalone = pod(&habitat());
+    assert!(standalone
+        .volumes
+        .unwrap_or_default()
+        .iter()
+        .all(|v| v.name != "member-id"));
 }

@@ -3,7 +3,9 @@
 use super::{Election, Group, Health, Member, GATEWAY_PORT};
 use serde_json::{json, Map, Value};
 
-fn member_json(m: &Member, status: Election, leader: Option<&str>) -> Value {
+fn member_json(m: &Member, g: &Group) -> Value {
+    let (status, leader) = (g.status, g.leader_id.as_deref());
+    let (update_status, update_leader) = (g.update_status, g.update_leader_id.as_deref());
     let mut parts = m.package.split('/');
     let (origin, name, version, release) = (
         parts.next().unwrap_or_default(),
@@ -12,6 +14,7 @@ fn member_json(m: &Member, status: Election, leader: Option<&str>) -> Value {
         parts.next().unwrap_or_default(),
     );
     let is_leader = leader == Some(m.member_id.as_str());
+    let is_update_leader = update_leader == Some(m.member_id.as_str());
     json!({
         "member_id": m.member_id,
         "pkg": {"origin": origin, "name": name, "version": version, "release": release},
@@ -23,14 +26,14 @@ fn member_json(m: &Member, status: Election, leader: Option<&str>) -> Value {
         "persistent": true,
         "leader": is_leader,
         "follower": leader.is_some() && !is_leader && m.health != Health::Departed,
-        "update_leader": false,
-        "update_follower": false,
+        "update_leader": is_update_leader,
+        "update_follower": update_leader.is_some() && !is_update_leader && m.health != Health::Departed,
         "election_is_running": status == Election::InProgress,
         "election_is_no_quorum": status == Election::NoQuorum,
         "election_is_finished": status == Election::Finished,
-        "update_election_is_running": false,
-        "update_election_is_no_quorum": false,
-        "update_election_is_finished": false,
+        "update_election_is_running": update_status == Election::InProgress,
+        "update_election_is_no_quorum": update_status == Election::NoQuorum,
+        "update_election_is_finished": update_status == Election::Finished,
         "alive": m.health == Health::Alive,
         "suspect": false,
         "confirmed": m.health == Health::Confirmed,
@@ -46,11 +49,11 @@ fn member_json(m: &Member, status: Election, leader: Option<&str>) -> Value {
 
 /// The census as served by `me`, whose group members (itself included) are `peers`.
 pub fn document(me: &Member, group: Option<&Group>, peers: &[&Member]) -> Value {
-    let status = group.map_or(Election::None, |g| g.status);
-    let leader = group.and_then(|g| g.leader_id.as_deref());
+    let none = Group::default();
+    let g = group.unwrap_or(&none);
     let population: Map<String, Value> = peers
         .iter()
-        .map(|m| (m.member_id.clone(), member_json(m, status, leader)))
+        .map(|m| (m.member_id.clone(), member_json(m, g)))
         .collect();
     let sg = me.service_group();
     json!({
@@ -65,11 +68,11 @@ pub fn document(me: &Member, group: Option<&Group>, peers: &[&Member]) -> Value 
         "census_groups": {
             sg.clone(): {
                 "service_group": sg,
-                "election_status": status.as_str(),
-                "update_election_status": "None",
+                "election_status": g.status.as_str(),
+                "update_election_status": g.update_status.as_str(),
                 "pkg_incarnation": 0,
-                "leader_id": leader,
-                "update_leader_id": null,
+                "leader_id": g.leader_id,
+                "update_leader_id": g.update_leader_id,
                 "local_member_id": me.member_id,
                 "service_config": null,
                 "changed_service_files": [],

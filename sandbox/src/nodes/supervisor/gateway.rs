@@ -44,6 +44,7 @@ async fn services(State((hub, uid)): State<Ctx>) -> Response {
     let Some(c) = hub.census(&uid) else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
+    let strategy = hub.strategy(&uid).unwrap_or_default().as_str();
     let groups: Vec<serde_json::Value> = c["census_groups"]
         .as_object()
         .into_iter()
@@ -51,7 +52,8 @@ async fn services(State((hub, uid)): State<Ctx>) -> Response {
         .map(|(sg, g)| {
             json!({"service_group": sg, "last_election_status": g["election_status"],
                 "health_check": if hub.healthy(&uid) { "Ok" } else { "Unknown" },
-                "desired_state": "Up", "initialized": hub.healthy(&uid)})
+                "desired_state": "Up", "initialized": hub.healthy(&uid),
+                "update_strategy": strategy})
         })
         .collect();
     Json(json!(groups)).into_response()

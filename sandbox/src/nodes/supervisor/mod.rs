@@ -1,10 +1,34 @@
 //! Simulated Habitat supervisors: one member per running `habitat-service` pod, gossip assumed
-//! perfect inside a namespace's service group, and leader elections with quorum.
+//! perfect inside a gossip ring, and leader and update elections under Habitat's quorum rules
+//! (`../shared/reference/habitat-supervisor-facts.md` §6, from `butterfly/src/server.rs`):
+//!
+//! - quorum is `alive > total / 2`, where `total` counts every group member that is Alive or
+//!   Confirmed (dead but not departed) and `alive` those that are Alive (`check_quorum_mlr`);
+//! - a member whose pod stops stays Confirmed, and counted, until it is departed (after 3 days in
+//!   the real supervisor, so never within a simulation);
+//! - a new member joining a group that then has no quorum departs the Confirmed member with the
+//!   lowest id (`insert_service_impl`, habitat#1994);
+//! - a pod replaced without a persisted `/hab/sup` is a new member (see [`identity`]);
+//! - elections finish when the group has quorum, won by the previous leader when it is alive
+//!   (it re-enters with the highest suitability), otherwise by the highest member id; a dead
+//!   leader or a lost quorum restarts them. Groups run with `--strategy rolling` also hold
+//!   update elections by the same rules.
+//!
+//! Simplifications: SWIM's Suspect phase is skipped (a stopped pod's member is Confirmed at
+//! once, where the real one takes about 3 s to be Suspect and 9 s more to be Confirmed), and a
+//! graceful stop does not self-depart: the real supervisor marks itself Departed on SIGTERM,
+//! best effort (`sup/src/manager.rs` "Gracefully departing from butterfly network", sent to at
+//! most 10 members with no guarantee it arrives), so the simulation plays the case where that
+//! departure is lost, or the pod was killed.
 
 pub mod census;
+mod elect;
 mod gateway;
+pub mod identity;
+mod rings;
 
 use crate::meta;
+use identity::{Disk, Identity};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,16 +47,17 @@ pub const GATEWAY_PORT: u16 = 9631;
 pub enum Health {
     /// Alive.
     Alive,
-    /// Confirmed dead.
+    /// Confirmed dead: still counted in `total` for quorum.
     Confirmed,
     /// Departed (excluded from quorum).
     Departed,
 }
 
 /// Census election status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Election {
-    /// No election (standalone).
+    /// No election (standalone, or no `rolling` strategy for update elections).
+    #[default]
     None,
     /// Running.
     InProgress,
@@ -54,13 +79,47 @@ impl Election {
     }
 }
 
-/// One supervisor (one pod incarnation).
+/// `--strategy` of `hab sup run` (facts §1: `none` by default, `at-once`, `rolling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Never updates itself.
+    #[default]
+    None,
+    /// Every member updates when a new release appears.
+    AtOnce,
+    /// Members update one at a time, led by the update election's leader.
+    Rolling,
+}
+
+impl Strategy {
+    fn parse(s: Option<&str>) -> Strategy {
+        match s {
+            Some("at-once") => Strategy::AtOnce,
+            Some("rolling") => Strategy::Rolling,
+            _ => Strategy::None,
+        }
+    }
+
+    /// The `/services` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::AtOnce => "at-once",
+            Strategy::Rolling => "rolling",
+        }
+    }
+}
+
+/// One supervisor, known by its member id. It may outlive its pod (as a Confirmed member) and
+/// come back in another pod when that pod has the same `MEMBER_ID`.
 #[derive(Debug, Clone)]
 pub struct Member {
-    /// 32-hex member id.
+    /// Member id (32 hex characters when generated).
     pub member_id: String,
-    /// Pod name.
+    /// Name of the pod it last ran in.
     pub pod: String,
+    /// Uid of that pod.
+    pub pod_uid: String,
     /// Namespace.
     pub namespace: String,
     /// Pod IP.
@@ -71,15 +130,22 @@ pub struct Member {
     pub group: String,
     /// Leader topology.
     pub leader_topology: bool,
+    /// `--strategy`.
+    pub strategy: Strategy,
     /// Package ident `origin/name/version/release`.
     pub package: String,
     /// Health.
     pub health: Health,
     /// The service has started (leader topology: an election finished while alive).
     pub started: bool,
-    /// The gossip ring: members that reach each other through their peer files. Kept by a
-    /// member after its pod stops, so that a death does not re-key its ring.
+    /// The gossip ring: members that reach each other. Kept by a member after its pod stops, so
+    /// that a death does not re-key its ring.
     pub ring: String,
+    /// The addresses of the member list it restored at boot from a persisted `/hab/sup`, until
+    /// it reached one of them: such a supervisor ignores its peer file (facts §1).
+    pub restored_peers: Option<Vec<String>>,
+    /// The claim holding its `/hab/sup`, when persisted.
+    disk: Option<String>,
     departed_at: Option<Instant>,
 }
 
@@ -93,24 +159,46 @@ impl Member {
     pub fn scope(&self) -> String {
         format!("{}/{}", self.namespace, self.ring)
     }
+
+    fn key(&self) -> (String, String) {
+        (self.scope(), self.service_group())
+    }
 }
 
 /// Election state of one service group.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Group {
     /// Status.
     pub status: Election,
     /// Leader of the last finished election.
     pub leader_id: Option<String>,
+    /// Election term: one more each time a dead leader is replaced.
+    pub term: u64,
     running_until: Option<Instant>,
+    /// Update election status (`--strategy rolling` only).
+    pub update_status: Election,
+    /// Update leader of the last finished update election.
+    pub update_leader_id: Option<String>,
+    update_running_until: Option<Instant>,
+    /// Two members have gossiped: a lone supervisor has no entry of its own and never reaches
+    /// quorum (facts §1 "Leader topology with fewer than 3 members").
+    gossiped: bool,
 }
 
 #[derive(Debug, Default)]
 struct State {
+    /// Every member by member id.
     members: HashMap<String, Member>,
+    /// Running pods' member ids, by pod uid.
+    by_pod: HashMap<String, String>,
+    /// Persisted `/hab/sup` directories, by `namespace/claim`.
+    disks: HashMap<String, Disk>,
     groups: HashMap<(String, String), Group>,
     listeners: HashMap<String, JoinHandle<()>>,
 }
+
+/// What the nodes observed: every pod, and every ConfigMap (for the peer files).
+pub type World<'a> = (&'a [Arc<Value>], &'a [Arc<Value>]);
 
 /// All simulated supervisors. They learn the world from what the caller observed (pods and
 /// peer-file ConfigMaps) and never read an API themselves.
@@ -136,7 +224,31 @@ fn arg(container: &Value, flag: &str) -> Option<String> {
     })
 }
 
-/// Build a member for a running pod with a `habitat-service` container.
+/// The package a supervisor runs for `image`: `origin/service/version/release`, where the
+/// image's tag picks the release (a new tag is a new release), so that an image rollout shows
+/// in the census as members with different packages.
+pub fn package_for(image: &str, service: &str) -> String {
+    let (repo, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, t),
+        _ => (image, ""),
+    };
+    let origin = repo
+        .split('/')
+        .next()
+        .filter(|o| *o != repo)
+        .unwrap_or("core");
+    let release = if tag.is_empty() || tag == "latest" {
+        20250101000000u64
+    } else {
+        let h = tag.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        20250101000000 + 1_000_000 + h % 1_000_000
+    };
+    format!("{origin}/{service}/0.1.0/{release}")
+}
+
+/// Build a member for a running pod with a `habitat-service` container, with a new random id.
 pub fn member_for(pod: &Value) -> Option<Member> {
     let c = pod["spec"]["containers"]
         .as_array()?
@@ -160,29 +272,167 @@ pub fn member_for(pod: &Value) -> Option<Member> {
             .unwrap_or_else(|| meta::name(pod).to_string()),
     };
     let image = c["image"].as_str().unwrap_or("core/unknown");
-    let origin = image
-        .split('/')
-        .next()
-        .filter(|o| *o != image)
-        .unwrap_or("core");
+    let strategy = arg(c, "--strategy").or_else(|| arg(c, "-s"));
     Some(Member {
         member_id: meta::hex32(),
         pod: meta::name(pod).to_string(),
+        pod_uid: meta::uid_of(pod).to_string(),
         namespace: meta::namespace(pod).to_string(),
         ip: pod["status"]["podIP"]
             .as_str()
             .unwrap_or_default()
             .to_string(),
-        package: format!("{origin}/{service}/0.1.0/20250101000000"),
+        package: package_for(image, &service),
         service,
         group,
         leader_topology: arg(c, "--topology").as_deref() == Some("leader")
             || arg(c, "-t").as_deref() == Some("leader"),
+        strategy: Strategy::parse(strategy.as_deref()),
         health: Health::Alive,
         started: false,
         ring: String::new(),
+        restored_peers: None,
+        disk: None,
         departed_at: None,
     })
+}
+
+fn is_running(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && !meta::is_deleting(pod)
+        && pod["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty())
+}
+
+impl State {
+    /// The member's pod stopped: it is Confirmed dead, and still counted.
+    fn stop(&mut self, uid: &str) {
+        if let Some(l) = self.listeners.remove(uid) {
+            l.abort();
+        }
+        if let Some(id) = self.by_pod.remove(uid) {
+            if let Some(m) = self.members.get_mut(&id) {
+                if m.health == Health::Alive {
+                    m.health = Health::Confirmed;
+                }
+            }
+        }
+    }
+
+    /// A supervisor starts in `pod`: its member id comes from its `MEMBER_ID` file. Returns
+    /// the id when it is a member the ring has never seen.
+    fn start(&mut self, mut m: Member, pod: &Value) -> Option<(String, bool)> {
+        match identity::identity(pod) {
+            Identity::Fresh => {}
+            Identity::Projected(id) => m.member_id = id,
+            Identity::Persisted(claim) => {
+                let disk = self.disks.entry(claim.clone()).or_insert_with(|| Disk {
+                    member_id: m.member_id.clone(),
+                    peers: vec![],
+                });
+                m.member_id = disk.member_id.clone();
+                m.restored_peers = (!disk.peers.is_empty()).then(|| disk.peers.clone());
+                m.disk = Some(claim);
+            }
+        }
+        let id = m.member_id.clone();
+        match self.members.get_mut(&id) {
+            // Two running supervisors with one id: the second never joins.
+            Some(old) if old.health == Health::Alive => None,
+            // The same member again (its id survived): Alive at its new address, in its ring.
+            Some(old) => {
+                old.pod = m.pod;
+                old.pod_uid = m.pod_uid;
+                old.ip = m.ip;
+                old.package = m.package;
+                old.strategy = m.strategy;
+                old.leader_topology = m.leader_topology;
+                old.health = Health::Alive;
+                old.started = false;
+                old.departed_at = None;
+                old.restored_peers = m.restored_peers;
+                old.disk = m.disk;
+                Some((id, false))
+            }
+            None => {
+                self.members.insert(id.clone(), m);
+                Some((id, true))
+            }
+        }
+    }
+
+    /// Facts §6, "Mitigation in the code": "when a new member joins a group without quorum,
+    /// the Confirmed member with the lowest ID is auto-departed" (`insert_service_impl`).
+    fn depart_for_newcomer(&mut self, newcomer: &str) {
+        let Some(key) = self.members.get(newcomer).map(Member::key) else {
+            return;
+        };
+        let group: Vec<&Member> = self.members.values().filter(|m| m.key() == key).collect();
+        // The rule applies when rumors already exist for the group.
+        if group.len() < 2 || elect::has_quorum(&group, true) {
+            return;
+        }
+        let lowest = group
+            .iter()
+            .filter(|m| m.health == Health::Confirmed)
+            .map(|m| m.member_id.clone())
+            .min();
+        if let Some(id) = lowest {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.health = Health::Departed;
+                m.departed_at = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Forget what no live supervisor remembers: departed members after [`DEPARTED_TTL`], and
+    /// dead members of a ring with no alive member left.
+    fn forget(&mut self) {
+        let live_scopes: HashSet<String> = self
+            .members
+            .values()
+            .filter(|m| m.health == Health::Alive)
+            .map(Member::scope)
+            .collect();
+        self.members.retain(|_, m| match m.health {
+            Health::Alive => true,
+            Health::Confirmed => live_scopes.contains(&m.scope()),
+            Health::Departed => {
+                live_scopes.contains(&m.scope())
+                    && m.departed_at.is_none_or(|t| t.elapsed() < DEPARTED_TTL)
+            }
+        });
+    }
+
+    /// Persisted supervisors save their member list's addresses.
+    fn save_disks(&mut self) {
+        let mut rings: HashMap<String, Vec<String>> = HashMap::new();
+        for m in self.members.values().filter(|m| m.health == Health::Alive) {
+            rings.entry(m.scope()).or_default().push(m.ip.clone());
+        }
+        for m in self.members.values_mut() {
+            if m.health != Health::Alive {
+                continue;
+            }
+            let peers: Vec<String> = rings
+                .get(&m.scope())
+                .into_iter()
+                .flatten()
+                .filter(|ip| **ip != m.ip)
+                .cloned()
+                .collect();
+            if !peers.is_empty() {
+                // It reached its ring: from now on gossip keeps it there.
+                m.restored_peers = None;
+            }
+            if let Some(disk) = m.disk.as_ref().and_then(|d| self.disks.get_mut(d)) {
+                if !peers.is_empty() {
+                    disk.peers = peers;
+                }
+            }
+        }
+    }
 }
 
 impl Hub {
@@ -190,86 +440,88 @@ impl Hub {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn member_of<'a>(st: &'a State, pod_uid: &str) -> Option<&'a Member> {
+        st.by_pod.get(pod_uid).and_then(|id| st.members.get(id))
+    }
+
     /// True when the pod's supervisor answers its health check with 200.
     pub fn healthy(&self, pod_uid: &str) -> bool {
-        self.state()
-            .members
-            .get(pod_uid)
+        Self::member_of(&self.state(), pod_uid)
             .is_some_and(|m| m.health == Health::Alive && m.started)
+    }
+
+    /// The pod's supervisor's `--strategy`.
+    pub fn strategy(&self, pod_uid: &str) -> Option<Strategy> {
+        Self::member_of(&self.state(), pod_uid).map(|m| m.strategy)
     }
 
     /// The `/census` document as seen by the supervisor of `pod_uid`.
     pub fn census(&self, pod_uid: &str) -> Option<Value> {
         let st = self.state();
-        let me = st.members.get(pod_uid)?;
-        let group = st.groups.get(&(me.scope(), me.service_group()));
-        let peers: Vec<&Member> = st
-            .members
-            .values()
-            .filter(|m| m.scope() == me.scope() && m.service_group() == me.service_group())
-            .collect();
+        let me = Self::member_of(&st, pod_uid)?;
+        let key = me.key();
+        let group = st.groups.get(&key);
+        let peers: Vec<&Member> = st.members.values().filter(|m| m.key() == key).collect();
         Some(census::document(me, group, &peers))
     }
 
     /// One pass: run elections, and when the world changed (`Some((pods, config_maps))`, every
     /// pod and ConfigMap the nodes see), track members, open and close gateways, and rederive
     /// the gossip rings.
-    pub fn step(self: &Arc<Self>, world: Option<(&[Value], &[Value])>) {
+    pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
         let Some((pods, config_maps)) = world else {
-            elect(&mut self.state());
+            elect::elect(&mut self.state());
             return;
         };
         let mut st = self.state();
         let mut seen = HashSet::new();
+        let mut joined = Vec::new();
         for pod in pods {
-            let uid = meta::uid_of(pod).to_string();
-            let running = pod["status"]["phase"] == "Running"
-                && !meta::is_deleting(pod)
-                && pod["status"]["podIP"]
-                    .as_str()
-                    .is_some_and(|ip| !ip.is_empty());
-            match st.members.get_mut(&uid) {
-                Some(m) => {
-                    seen.insert(uid.clone());
-                    if !running && m.health == Health::Alive {
-                        m.health = Health::Confirmed;
-                        if let Some(l) = st.listeners.remove(&uid) {
-                            l.abort();
-                        }
-                    }
+            let uid = meta::uid_of(pod);
+            let running = is_running(pod);
+            if st.by_pod.contains_key(uid) {
+                seen.insert(uid.to_string());
+                if !running {
+                    st.stop(uid);
                 }
-                None if running => {
-                    if let Some(m) = member_for(pod) {
-                        seen.insert(uid.clone());
-                        let handle = gateway::spawn(self.clone(), uid.clone(), m.ip.clone());
-                        st.listeners.insert(uid.clone(), handle);
-                        st.members.insert(uid, m);
-                    }
+                continue;
+            }
+            if !running {
+                continue;
+            }
+            let Some(m) = member_for(pod) else {
+                continue;
+            };
+            let ip = m.ip.clone();
+            if let Some((id, new)) = st.start(m, pod) {
+                seen.insert(uid.to_string());
+                st.by_pod.insert(uid.to_string(), id.clone());
+                let handle = gateway::spawn(self.clone(), uid.to_string(), ip);
+                st.listeners.insert(uid.to_string(), handle);
+                if new {
+                    joined.push(id);
                 }
-                None => {}
             }
         }
         let gone: Vec<String> = st
-            .members
+            .by_pod
             .keys()
             .filter(|u| !seen.contains(*u))
             .cloned()
             .collect();
         for uid in gone {
-            if let Some(l) = st.listeners.remove(&uid) {
-                l.abort();
-            }
-            if let Some(m) = st.members.get_mut(&uid) {
-                if m.health != Health::Departed {
-                    m.health = Health::Departed;
-                    m.departed_at = Some(Instant::now());
-                }
-            }
+            st.stop(&uid);
         }
-        st.members
-            .retain(|_, m| m.departed_at.is_none_or(|t| t.elapsed() < DEPARTED_TTL));
-        rings::assign(&mut st.members, pods, config_maps);
-        elect(&mut st);
+        let State {
+            members, by_pod, ..
+        } = &mut *st;
+        rings::assign(members, by_pod, pods, config_maps);
+        for id in joined {
+            st.depart_for_newcomer(&id);
+        }
+        st.forget();
+        st.save_disks();
+        elect::elect(&mut st);
     }
 
     /// Close every gateway.
@@ -277,72 +529,6 @@ impl Hub {
         let mut st = self.state();
         for (_, l) in st.listeners.drain() {
             l.abort();
-        }
-    }
-}
-
-mod rings;
-
-fn elect(st: &mut State) {
-    let mut keys: HashSet<(String, String)> = HashSet::new();
-    for m in st.members.values() {
-        keys.insert((m.scope(), m.service_group()));
-    }
-    st.groups.retain(|k, _| keys.contains(k));
-    let now = Instant::now();
-    for key in keys {
-        let members: Vec<&Member> = st
-            .members
-            .values()
-            .filter(|m| {
-                m.scope() == key.0 && m.service_group() == key.1 && m.health != Health::Departed
-            })
-            .collect();
-        let leader_topology = members.iter().any(|m| m.leader_topology);
-        let g = st.groups.entry(key.clone()).or_insert(Group {
-            status: Election::None,
-            leader_id: None,
-            running_until: None,
-        });
-        if !leader_topology {
-            g.status = Election::None;
-            g.leader_id = None;
-            continue;
-        }
-        let total = members.len();
-        let alive: Vec<&&Member> = members
-            .iter()
-            .filter(|m| m.health == Health::Alive)
-            .collect();
-        let quorum = total >= 2 && alive.len() > total / 2;
-        let leader_alive = g
-            .leader_id
-            .as_ref()
-            .is_some_and(|l| alive.iter().any(|m| m.member_id == *l));
-        if !quorum {
-            g.status = Election::NoQuorum;
-            g.running_until = None;
-        } else if g.status == Election::Finished && leader_alive {
-        } else if let Some(until) = g.running_until.filter(|_| g.status == Election::InProgress) {
-            if now >= until {
-                g.status = Election::Finished;
-                g.leader_id = alive.iter().map(|m| m.member_id.clone()).max();
-                g.running_until = None;
-            }
-        } else {
-            g.status = Election::InProgress;
-            g.running_until = Some(now + ELECTION_DURATION);
-        }
-    }
-    let finished: HashSet<(String, String)> = st
-        .groups
-        .iter()
-        .filter(|(_, g)| g.status == Election::Finished || g.status == Election::None)
-        .map(|(k, _)| k.clone())
-        .collect();
-    for m in st.members.values_mut() {
-        if m.health == Health::Alive && finished.contains(&(m.scope(), m.service_group())) {
-            m.started = true;
         }
     }
 }

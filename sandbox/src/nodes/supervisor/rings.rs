@@ -1,27 +1,24 @@
-//! Gossip rings: supervisors reach each other only through the addresses in their peer files
-//! (`--peer-watch-file`), so a ring is a connected set of pods linked by those addresses.
-//! Elections and the census are per ring, as in real Habitat.
+//! Gossip rings: supervisors reach each other only through the addresses they know: those in
+//! their peer files (`--peer-watch-file`), or, for a supervisor that restored a member list from
+//! a persisted `/hab/sup`, the addresses of that list (it ignores its peer file, facts §1). A
+//! ring is a connected set of pods linked by those addresses. Elections and the census are per
+//! ring, as in real Habitat.
 
 use super::{Health, Member};
 use crate::meta;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// The addresses in the peer files a pod mounts (ConfigMap volumes with a `peer-ip` key).
-fn peer_addresses(pod: &Value, config_maps: &[Value]) -> Vec<String> {
+fn peer_addresses(pod: &Value, config_maps: &HashMap<(&str, &str), &Value>) -> Vec<String> {
     let ns = meta::namespace(pod);
-    let volumes = pod["spec"]["volumes"]
+    pod["spec"]["volumes"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    volumes
-        .iter()
+        .into_iter()
+        .flatten()
         .filter_map(|v| v["configMap"]["name"].as_str())
-        .filter_map(|name| {
-            config_maps
-                .iter()
-                .find(|c| meta::namespace(c) == ns && meta::name(c) == name)
-        })
+        .filter_map(|name| config_maps.get(&(ns, name)))
         .filter_map(|c| c["data"]["peer-ip"].as_str())
         .flat_map(|text| {
             text.lines()
@@ -40,33 +37,73 @@ fn find(parent: &mut HashMap<String, String>, x: &str) -> String {
     root
 }
 
-/// Recomputes the ring of every alive member from the pods' peer files. A ring keeps the key
-/// most of its members already have, so joins and deaths do not restart its elections; dead
-/// members keep their last ring.
-pub fn assign(members: &mut HashMap<String, Member>, pods: &[Value], config_maps: &[Value]) {
+/// Recomputes the ring of every alive member (`members` by member id, `by_pod` the running
+/// pods' member ids): members already in a ring stay there, and others join through the
+/// addresses they know. A ring keeps the key most of its members
+/// already have, so joins and deaths do not restart its elections, and no two rings share a
+/// key; dead members keep their last ring.
+pub fn assign(
+    members: &mut HashMap<String, Member>,
+    by_pod: &HashMap<String, String>,
+    pods: &[Arc<Value>],
+    config_maps: &[Arc<Value>],
+) {
+    let cms: HashMap<(&str, &str), &Value> = config_maps
+        .iter()
+        .map(|c| ((meta::namespace(c), meta::name(c)), &**c))
+        .collect();
     let alive: Vec<String> = members
         .iter()
         .filter(|(_, m)| m.health == Health::Alive)
-        .map(|(u, _)| u.clone())
+        .map(|(id, _)| id.clone())
         .collect();
     let by_ip: HashMap<(String, String), String> = alive
         .iter()
-        .filter_map(|u| {
+        .filter_map(|id| {
             members
-                .get(u)
-                .map(|m| ((m.namespace.clone(), m.ip.clone()), u.clone()))
+                .get(id)
+                .map(|m| ((m.namespace.clone(), m.ip.clone()), id.clone()))
         })
         .collect();
     let mut parent: HashMap<String, String> =
-        alive.iter().map(|u| (u.clone(), u.clone())).collect();
-    for pod in pods {
-        let uid = meta::uid_of(pod).to_string();
-        if !parent.contains_key(&uid) {
+        alive.iter().map(|id| (id.clone(), id.clone())).collect();
+    // Members of one ring stay in it: they gossip with each other's current addresses, which
+    // no peer file needs to name any more.
+    let mut first_of_ring: HashMap<String, String> = HashMap::new();
+    for id in &alive {
+        let Some(ring) = members
+            .get(id)
+            .map(|m| m.ring.clone())
+            .filter(|r| !r.is_empty())
+        else {
             continue;
+        };
+        match first_of_ring.get(&ring) {
+            Some(first) => {
+                let (a, b) = (find(&mut parent, id), find(&mut parent, first));
+                if a != b {
+                    parent.insert(a, b);
+                }
+            }
+            None => {
+                first_of_ring.insert(ring, id.clone());
+            }
         }
-        for ip in peer_addresses(pod, config_maps) {
+    }
+    for pod in pods {
+        let Some(id) = by_pod.get(meta::uid_of(pod)) else {
+            continue;
+        };
+        let Some(m) = members.get(id).filter(|m| m.health == Health::Alive) else {
+            continue;
+        };
+        let known = match &m.restored_peers {
+            Some(ips) => ips.clone(),
+            None => peer_addresses(pod, &cms),
+        };
+        for ip in known {
             if let Some(other) = by_ip.get(&(meta::namespace(pod).to_string(), ip)) {
-                let (a, b) = (find(&mut parent, &uid), find(&mut parent, other));
+                let (a, b) = (find(&mut parent, id), find(&mut parent, other));
                 if a != b {
                     parent.insert(a, b);
                 }
@@ -74,24 +111,30 @@ pub fn assign(members: &mut HashMap<String, Member>, pods: &[Value], config_maps
         }
     }
     let mut components: HashMap<String, Vec<String>> = HashMap::new();
-    for u in &alive {
-        let root = find(&mut parent, u);
-        components.entry(root).or_default().push(u.clone());
+    for id in &alive {
+        let root = find(&mut parent, id);
+        components.entry(root).or_default().push(id.clone());
     }
-    for (root, uids) in components {
+    // Larger rings choose first; a key is never given to two rings.
+    let mut components: Vec<(String, Vec<String>)> = components.into_iter().collect();
+    components.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let mut taken: HashSet<String> = HashSet::new();
+    for (root, ids) in components {
         let mut votes: HashMap<String, usize> = HashMap::new();
-        for u in &uids {
-            if let Some(m) = members.get(u).filter(|m| !m.ring.is_empty()) {
+        for id in &ids {
+            if let Some(m) = members.get(id).filter(|m| !m.ring.is_empty()) {
                 *votes.entry(m.ring.clone()).or_default() += 1;
             }
         }
-        let key = votes
+        let mut votes: Vec<(String, usize)> = votes
             .into_iter()
-            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-            .map(|(k, _)| k)
-            .unwrap_or(root);
-        for u in &uids {
-            if let Some(m) = members.get_mut(u) {
+            .filter(|(k, _)| !taken.contains(k))
+            .collect();
+        votes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let key = votes.into_iter().next().map(|(k, _)| k).unwrap_or(root);
+        taken.insert(key.clone());
+        for id in &ids {
+            if let Some(m) = members.get_mut(id) {
                 m.ring = key.clone();
             }
         }

@@ -1,4 +1,5 @@
-//! Unit tests for membership and elections.
+//! Unit tests for membership and elections. Each rule is pinned to the fact it follows in
+//! `../shared/reference/habitat-supervisor-facts.md`, quoted in the test's doc comment.
 
 use super::*;
 use serde_json::json;
@@ -7,15 +8,19 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
     Member {
         member_id: id.into(),
         pod: format!("p-{id}"),
+        pod_uid: format!("u-{id}"),
         namespace: ns.into(),
         ip: "127.1.0.2".into(),
         service: "redis".into(),
         group: "default".into(),
         leader_topology: leader,
+        strategy: Strategy::None,
         package: "core/redis/0.1.0/20250101000000".into(),
         health: Health::Alive,
         started: false,
         ring: "r".into(),
+        restored_peers: None,
+        disk: None,
         departed_at: None,
     }
 }
@@ -27,59 +32,389 @@ fn group(st: &State) -> Group {
         .expect("group")
 }
 
+fn settle(st: &mut State) {
+    elect::elect(st);
+    std::thread::sleep(ELECTION_DURATION + Duration::from_millis(10));
+    elect::elect(st);
+}
+
+/// A pod of a 'redis' leader group, reading peer file `peers`. `extra` is merged into the
+/// container (volume mounts, args) and `volumes` added to the pod's.
+fn pod(name: &str, uid: &str, ip: &str, container: Value, volumes: Value) -> Arc<Value> {
+    let mut c = json!({"name": "habitat-service", "image": "core/redis-hab:v1",
+        "args": ["--topology", "leader", "--group", "default"],
+        "readinessProbe": {"httpGet": {"path": "/services/redis/default/health", "port": 9631}}});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), container.as_object()) {
+        for (k, v) in extra {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    let mut vols = vec![json!({"name": "peer", "configMap": {"name": "redis-peer"}})];
+    vols.extend(volumes.as_array().cloned().unwrap_or_default());
+    Arc::new(
+        json!({"metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"containers": [c], "volumes": vols},
+        "status": {"phase": "Running", "podIP": ip}}),
+    )
+}
+
+fn peer_file(ip: &str) -> Vec<Arc<Value>> {
+    vec![Arc::new(
+        json!({"metadata": {"namespace": "ns", "name": "redis-peer"}, "data": {"peer-ip": ip}}),
+    )]
+}
+
+/// The hub's only group: (election status, leader, alive, total counted for quorum).
+fn census_of(hub: &Hub, uid: &str) -> (String, Option<String>, usize, usize) {
+    let doc = hub.census(uid).expect("a census");
+    let g = &doc["census_groups"]["redis.default"];
+    let pop: Vec<&Value> = g["population"]
+        .as_object()
+        .expect("population")
+        .values()
+        .collect();
+    let alive = pop.iter().filter(|m| m["alive"] == true).count();
+    let total = pop.iter().filter(|m| m["departed"] == false).count();
+    (
+        g["election_status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        g["leader_id"].as_str().map(String::from),
+        alive,
+        total,
+    )
+}
+
+fn step_settled(hub: &Arc<Hub>, pods: &[Arc<Value>], cms: &[Arc<Value>]) {
+    hub.step(Some((pods, cms)));
+    std::thread::sleep(ELECTION_DURATION + Duration::from_millis(10));
+    hub.step(None);
+}
+
+/// Facts §1: "A lone supervisor does not have its own member entry in its member list until
+/// it has gossiped with peers. Its election therefore stays NoQuorum".
 #[test]
 fn lone_member_never_elects() {
     let mut st = State::default();
-    st.members.insert("u1".into(), member("a", "ns", true));
-    elect(&mut st);
+    st.members.insert("a".into(), member("a", "ns", true));
+    settle(&mut st);
     assert_eq!(group(&st).status, Election::NoQuorum);
-    assert!(!st.members["u1"].started);
+    assert!(!st.members["a"].started);
 }
 
+/// Facts §6: "Quorum: `alive > total/2` (integer division). `total` = group members ... whose
+/// health is Alive, Suspect or Confirmed (Departed and unknown members are excluded)."
 #[test]
-fn election_runs_then_finishes_with_highest_id() {
+fn quorum_counts_confirmed_members_and_excludes_departed_ones() {
     let mut st = State::default();
-    for (u, id) in [("u1", "a1"), ("u2", "c3"), ("u3", "b2")] {
-        st.members.insert(u.into(), member(id, "ns", true));
+    for id in ["a1", "b2", "c3", "d4"] {
+        st.members.insert(id.into(), member(id, "ns", true));
     }
-    elect(&mut st);
-    assert_eq!(group(&st).status, Election::InProgress);
-    std::thread::sleep(ELECTION_DURATION);
-    elect(&mut st);
+    settle(&mut st);
+    assert_eq!(group(&st).status, Election::Finished);
+    // 2 alive of 4 counted: 2 > 4/2 is false.
+    for id in ["a1", "b2"] {
+        st.members.get_mut(id).expect("member").health = Health::Confirmed;
+    }
+    settle(&mut st);
+    assert_eq!(group(&st).status, Election::NoQuorum);
+    // Departing one leaves 2 alive of 3 counted: 2 > 1.
+    st.members.get_mut("a1").expect("member").health = Health::Departed;
+    settle(&mut st);
+    assert_eq!(group(&st).status, Election::Finished);
+}
+
+/// Facts §6: merge rules "higher term wins; then higher suitability ...; then the
+/// lexicographically higher member_id"; "When a non-leader sees the finished leader at health
+/// ≥ Confirmed, it restarts the election with term+1"; "A leader that loses quorum also
+/// restarts the election. The old leader, if it is running again, re-enters with suitability
+/// `u64::MAX`".
+#[test]
+fn a_dead_leader_is_replaced_with_a_new_term_and_a_leader_that_kept_running_wins_again() {
+    let mut st = State::default();
+    for id in ["a1", "c3", "b2"] {
+        st.members.insert(id.into(), member(id, "ns", true));
+    }
+    settle(&mut st);
     let g = group(&st);
     assert_eq!(
         (g.status, g.leader_id.as_deref()),
         (Election::Finished, Some("c3"))
     );
     assert!(st.members.values().all(|m| m.started));
-    // the leader dies: a new election among the two others, still with quorum (2 > 3/2)
-    if let Some(m) = st.members.get_mut("u2") {
-        m.health = Health::Confirmed;
-    }
-    elect(&mut st);
+    st.members.get_mut("c3").expect("member").health = Health::Confirmed;
+    elect::elect(&mut st);
     assert_eq!(group(&st).status, Election::InProgress);
-    std::thread::sleep(ELECTION_DURATION);
-    elect(&mut st);
-    assert_eq!(group(&st).leader_id.as_deref(), Some("b2"));
-    // another dies: 1 alive of 3 → no quorum
-    if let Some(m) = st.members.get_mut("u3") {
-        m.health = Health::Confirmed;
-    }
-    elect(&mut st);
+    settle(&mut st);
+    let g = group(&st);
+    assert_eq!((g.leader_id.as_deref(), g.term), (Some("b2"), 1));
+    // a1 dies: 1 alive of 3, no quorum; b2 stays the leader once a1 is back.
+    st.members.get_mut("a1").expect("member").health = Health::Confirmed;
+    settle(&mut st);
     assert_eq!(group(&st).status, Election::NoQuorum);
+    st.members.get_mut("a1").expect("member").health = Health::Alive;
+    settle(&mut st);
+    let g = group(&st);
+    assert_eq!(
+        (g.status, g.leader_id.as_deref()),
+        (Election::Finished, Some("b2"))
+    );
+    assert_eq!(g.term, 1, "a lost quorum is no new term");
+}
+
+/// Facts §6: "a Confirmed member becomes Departed only after 3 days ... Until then it counts
+/// in `total`." and "Departed and confirmed members stay in `population`."
+#[tokio::test]
+async fn a_stopped_pod_leaves_a_confirmed_member_that_still_counts() {
+    let hub = Arc::new(Hub::default());
+    let ips = ["127.250.1.2", "127.250.1.3", "127.250.1.4"];
+    let cms = peer_file(ips[0]);
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                ips[i],
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &cms);
+    assert_eq!(census_of(&hub, "u0").0, "ElectionFinished");
+    // redis-2 is deleted.
+    step_settled(&hub, &pods[..2], &cms);
+    let (status, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 2, 3));
+    let doc = hub.census("u0").expect("census");
+    let confirmed = doc["census_groups"]["redis.default"]["population"]
+        .as_object()
+        .expect("population")
+        .values()
+        .filter(|m| m["confirmed"] == true && m["sys"]["hostname"] == "redis-2")
+        .count();
+    assert_eq!(confirmed, 1);
+    hub.shutdown();
+}
+
+/// Facts §6, "Kubernetes impact": "a pod that restarts with a new MEMBER_ID (non-persisted
+/// `/hab/sup`) ... adds Confirmed members that can cost quorum", and "when a new member joins
+/// a group without quorum, the Confirmed member with the lowest ID is auto-departed
+/// (`insert_service_impl`, issue #1994)". A rollout of three fresh-id pods, one at a time:
+/// the second stop leaves 2 alive of 4 counted; the third successor finds 3 alive of 6.
+#[tokio::test]
+async fn fresh_ids_cost_quorum_in_a_rollout_and_a_newcomer_departs_the_lowest_confirmed() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.2.{i}");
+    let cms = peer_file(&ip(2));
+    let mut pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i as u8),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &cms);
+    let status = |hub: &Hub, uid: &str| {
+        let (s, _, alive, total) = census_of(hub, uid);
+        (s, alive, total)
+    };
+    // Replace redis-1: a new member joins while the group has quorum: nothing departs.
+    step_settled(&hub, &[pods[0].clone(), pods[2].clone()], &cms);
+    assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 2, 3));
+    pods[1] = pod("redis-1", "u1b", &ip(10), json!({}), json!([]));
+    step_settled(&hub, &pods, &cms);
+    assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 3, 4));
+    // redis-2 stops: 2 alive of 4 counted, no quorum.
+    step_settled(&hub, &pods[..2], &cms);
+    assert_eq!(status(&hub, "u0"), ("ElectionNoQuorum".into(), 2, 4));
+    // Its successor brings 3 alive of 5: quorum again, nothing departs.
+    pods[2] = pod("redis-2", "u2b", &ip(11), json!({}), json!([]));
+    step_settled(&hub, &pods, &cms);
+    assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 3, 5));
+    // redis-0 stops (2 of 5); its successor makes 3 of 6, no quorum: the lowest Confirmed
+    // member departs and 3 of 5 elect.
+    step_settled(&hub, &pods[1..], &cms);
+    assert_eq!(status(&hub, "u1b"), ("ElectionNoQuorum".into(), 2, 5));
+    let confirmed: Vec<String> = {
+        let st = hub.state();
+        let mut v: Vec<String> = st
+            .members
+            .values()
+            .filter(|m| m.health == Health::Confirmed)
+            .map(|m| m.member_id.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(confirmed.len(), 3);
+    pods[0] = pod("redis-0", "u0b", &ip(12), json!({}), json!([]));
+    step_settled(&hub, &pods, &peer_file(&ip(10)));
+    assert_eq!(status(&hub, "u1b"), ("ElectionFinished".into(), 3, 5));
+    let st = hub.state();
+    assert_eq!(st.members[&confirmed[0]].health, Health::Departed);
+    assert!(confirmed[1..]
+        .iter()
+        .all(|id| st.members[id].health == Health::Confirmed));
+    drop(st);
+    hub.shutdown();
+}
+
+/// Facts §1, "Persistent state": "Supervisor root is `/hab/sup/default`: `MEMBER_ID` file" —
+/// a pod that finds its `MEMBER_ID` (here projected from its name) is the same member at a new
+/// address, so replacing pods one at a time never grows `total`.
+#[tokio::test]
+async fn a_projected_member_id_rejoins_as_the_same_member_even_when_every_ip_changed() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.3.{i}");
+    let id_mount = json!({"volumeMounts": [
+        {"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID", "subPath": "MEMBER_ID"}]});
+    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [
+        {"path": "MEMBER_ID", "fieldRef": {"fieldPath": "metadata.name"}}]}}]);
+    let at = |gen: u8| -> Vec<Arc<Value>> {
+        (0..3)
+            .map(|i| {
+                pod(
+                    &format!("redis-{i}"),
+                    &format!("u{gen}-{i}"),
+                    &ip(gen * 10 + i),
+                    id_mount.clone(),
+                    id_volume.clone(),
+                )
+            })
+            .collect()
+    };
+    let first = at(1);
+    step_settled(&hub, &first, &peer_file(&ip(10)));
+    assert_eq!(
+        census_of(&hub, "u1-0"),
+        ("ElectionFinished".into(), Some("redis-2".into()), 3, 3)
+    );
+    // Every pod replaced at once, every IP new; the peer file names a new pod.
+    let second = at(2);
+    step_settled(&hub, &[], &peer_file(&ip(10)));
+    step_settled(&hub, &second, &peer_file(&ip(20)));
+    let (status, _, alive, total) = census_of(&hub, "u2-0");
+    assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 3, 3));
+    // One at a time: redis-0 stops, 2 alive of 3, quorum holds; it comes back as itself.
+    step_settled(&hub, &second[1..], &peer_file(&ip(21)));
+    assert_eq!(census_of(&hub, "u2-1").0, "ElectionFinished");
+    let third = vec![at(3)[0].clone(), second[1].clone(), second[2].clone()];
+    step_settled(&hub, &third, &peer_file(&ip(21)));
+    assert_eq!(
+        census_of(&hub, "u3-0"),
+        ("ElectionFinished".into(), Some("redis-2".into()), 3, 3)
+    );
+    hub.shutdown();
+}
+
+/// Facts §1: "`data/<member_id>.rst` (saved member list and rumors, restored at boot, so a
+/// restarted supervisor with persisted `/hab/sup` has a non-empty member list and **ignores
+/// the peer-watch-file**)". A persisted supervisor keeps its id; when every address it saved
+/// changed, it reaches no one.
+#[tokio::test]
+async fn a_persisted_hab_sup_keeps_the_id_and_ignores_the_peer_file() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.4.{i}");
+    let mount = json!({"volumeMounts": [{"name": "data", "mountPath": "/hab/sup"}]});
+    let claim = |i: u8| json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-redis-{i}")}}]);
+    let at = |gen: u8, i: u8| {
+        pod(
+            &format!("redis-{i}"),
+            &format!("u{gen}-{i}"),
+            &ip(gen * 10 + i),
+            mount.clone(),
+            claim(i),
+        )
+    };
+    let first: Vec<Arc<Value>> = (0..3).map(|i| at(1, i)).collect();
+    step_settled(&hub, &first, &peer_file(&ip(10)));
+    let ids: HashSet<String> = hub.state().members.keys().cloned().collect();
+    // redis-0 replaced alone: it rejoins through the saved addresses of redis-1 and redis-2.
+    let second = vec![at(2, 0), first[1].clone(), first[2].clone()];
+    step_settled(&hub, &second[1..], &peer_file(&ip(11)));
+    step_settled(&hub, &second, &peer_file(&ip(11)));
+    assert_eq!(
+        hub.state().members.keys().cloned().collect::<HashSet<_>>(),
+        ids
+    );
+    assert_eq!(census_of(&hub, "u2-0").2, 3);
+    // All three replaced at once: each restored list names only dead addresses.
+    let third: Vec<Arc<Value>> = (0..3).map(|i| at(3, i)).collect();
+    step_settled(&hub, &[], &peer_file(&ip(30)));
+    step_settled(&hub, &third, &peer_file(&ip(30)));
+    let (status, _, alive, _) = census_of(&hub, "u3-1");
+    assert_eq!((status.as_str(), alive), ("ElectionNoQuorum", 1));
+    hub.shutdown();
+}
+
+/// Facts §6: "The same applies to `update_election_status`, which is used by the `rolling`
+/// update strategy"; §1: `--strategy` "Values `none` (default), `at-once`, `rolling`".
+#[tokio::test]
+async fn update_elections_run_for_the_rolling_strategy_only() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.5.{i}");
+    let rolling = json!({"args": ["--topology", "leader", "--strategy", "rolling"]});
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                rolling.clone(),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &peer_file(&ip(2)));
+    let doc = hub.census("u0").expect("census");
+    let g = &doc["census_groups"]["redis.default"];
+    assert_eq!(g["update_election_status"], "ElectionFinished");
+    let leader = g["update_leader_id"].as_str().expect("an update leader");
+    assert_eq!(g["population"][leader]["update_leader"], true);
+    assert_eq!(hub.strategy("u0"), Some(Strategy::Rolling));
+
+    let plain: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("web-{i}"),
+                &format!("w{i}"),
+                &ip(20 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    let hub = Arc::new(Hub::default());
+    step_settled(&hub, &plain, &peer_file(&ip(20)));
+    let doc = hub.census("w0").expect("census");
+    assert_eq!(
+        doc["census_groups"]["redis.default"]["update_election_status"],
+        "None"
+    );
+    assert_eq!(
+        doc["census_groups"]["redis.default"]["update_leader_id"],
+        json!(null)
+    );
 }
 
 #[test]
 fn standalone_reports_none_and_census_shape() {
     let mut st = State::default();
-    st.members.insert("u1".into(), member("a", "ns", false));
-    elect(&mut st);
+    st.members.insert("a".into(), member("a", "ns", false));
+    elect::elect(&mut st);
     let g = group(&st);
     assert_eq!(g.status, Election::None);
-    let me = &st.members["u1"];
+    let me = &st.members["a"];
     let doc = census::document(me, Some(&g), &[me]);
     let grp = &doc["census_groups"]["redis.default"];
     assert_eq!(grp["election_status"], "None");
+    assert_eq!(grp["update_election_status"], "None");
     assert_eq!(grp["leader_id"], json!(null));
     assert_eq!(grp["population"]["a"]["sys"]["ip"], "127.1.0.2");
     assert_eq!(grp["population"]["a"]["alive"], true);
@@ -90,41 +425,65 @@ fn standalone_reports_none_and_census_shape() {
 fn member_from_pod() {
     let pod = json!({"metadata": {"name": "redis-0", "namespace": "ns"},
         "spec": {"containers": [{"name": "habitat-service", "image": "habitat/redis-hab",
-            "args": ["--topology", "leader", "--group=prod"],
+            "args": ["--topology", "leader", "--group=prod", "--strategy", "at-once"],
             "readinessProbe": {"httpGet": {"path": "/services/redis/prod/health", "port": 9631}}}]},
         "status": {"podIP": "127.3.0.2"}});
     let m = member_for(&pod).expect("member");
     assert_eq!((m.service.as_str(), m.group.as_str()), ("redis", "prod"));
     assert!(m.leader_topology);
+    assert_eq!(m.strategy, Strategy::AtOnce);
     assert_eq!(m.member_id.len(), 32);
     assert!(m.package.starts_with("habitat/redis/"));
 }
 
-fn pod_with_peer(uid: &str, ns: &str, cm: &str) -> Value {
-    json!({"metadata": {"uid": uid, "namespace": ns, "name": uid},
-           "spec": {"volumes": [{"name": "peer", "configMap": {"name": cm}}]}})
+#[test]
+fn the_image_tag_picks_the_release() {
+    let a = package_for("kinvolk/redis-hab:v2", "redis");
+    let b = package_for("kinvolk/redis-hab:v3", "redis");
+    assert!(a.starts_with("kinvolk/redis/0.1.0/"), "{a}");
+    assert_ne!(a, b);
+    assert_eq!(a, package_for("kinvolk/redis-hab:v2", "redis"));
+    assert_eq!(
+        package_for("localhost:5000/redis", "redis"),
+        "localhost:5000/redis/0.1.0/20250101000000"
+    );
+    let release = a.rsplit('/').next().unwrap_or_default();
+    assert_eq!(release.len(), 14);
+}
+
+fn pod_with_peer(uid: &str, ns: &str, cm: &str) -> Arc<Value> {
+    Arc::new(
+        json!({"metadata": {"uid": uid, "namespace": ns, "name": uid},
+           "spec": {"volumes": [{"name": "peer", "configMap": {"name": cm}}]}}),
+    )
 }
 
 #[test]
 fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
     let mut members: HashMap<String, Member> = HashMap::new();
+    let mut by_pod: HashMap<String, String> = HashMap::new();
     for (uid, ip) in [("a", "127.1.0.2"), ("b", "127.1.0.3"), ("c", "127.1.0.4")] {
         let mut m = member(uid, "ns", true);
         m.ip = ip.into();
         m.ring = String::new();
         members.insert(uid.into(), m);
+        by_pod.insert(uid.into(), uid.into());
     }
     // a and b read a file naming a; c reads its own file naming itself: two rings.
     let cms = vec![
-        json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "127.1.0.2"}}),
-        json!({"metadata": {"namespace": "ns", "name": "y-peer"}, "data": {"peer-ip": "127.1.0.4"}}),
+        Arc::new(
+            json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "127.1.0.2"}}),
+        ),
+        Arc::new(
+            json!({"metadata": {"namespace": "ns", "name": "y-peer"}, "data": {"peer-ip": "127.1.0.4"}}),
+        ),
     ];
     let pods = vec![
         pod_with_peer("a", "ns", "x-peer"),
         pod_with_peer("b", "ns", "x-peer"),
         pod_with_peer("c", "ns", "y-peer"),
     ];
-    rings::assign(&mut members, &pods, &cms);
+    rings::assign(&mut members, &by_pod, &pods, &cms);
     assert_eq!(members["a"].ring, members["b"].ring);
     assert_ne!(members["a"].ring, members["c"].ring);
     let key = members["a"].ring.clone();
@@ -133,9 +492,20 @@ fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
     d.ip = "127.1.0.5".into();
     d.ring = String::new();
     members.insert("d".into(), d);
+    by_pod.insert("d".into(), "d".into());
     let mut pods = pods;
     pods.push(pod_with_peer("d", "ns", "x-peer"));
-    rings::assign(&mut members, &pods, &cms);
+    rings::assign(&mut members, &by_pod, &pods, &cms);
     assert_eq!(members["d"].ring, key);
     assert_eq!(members["a"].ring, key);
+    // Once in a ring, members stay in it when the file names someone else.
+    let moved = vec![
+        cms[1].clone(),
+        Arc::new(
+            json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "10.9.9.9"}}),
+        ),
+    ];
+    rings::assign(&mut members, &by_pod, &pods, &moved);
+    assert!(["a", "b", "d"].iter().all(|m| members[*m].ring == key));
+    assert_ne!(members["c"].ring, key);
 }

@@ -1,0 +1,123 @@
+//! Leader and update elections, one per service group of a ring (facts §6, from
+//! `butterfly/src/server.rs` and `butterfly/src/rumor/election.rs`).
+
+use super::{Election, Health, Member, State, Strategy, ELECTION_DURATION};
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+/// `check_quorum_mlr`: `alive > total / 2` (integer division), where `total` counts the members
+/// that are Alive or Confirmed (Departed ones are excluded) and `alive` the Alive ones. A lone
+/// supervisor that never gossiped (`gossiped` false) has no entry of its own and no quorum.
+pub(super) fn has_quorum(group: &[&Member], gossiped: bool) -> bool {
+    let total = group
+        .iter()
+        .filter(|m| m.health != Health::Departed)
+        .count();
+    let alive = group.iter().filter(|m| m.health == Health::Alive).count();
+    (gossiped || alive >= 2) && alive > total / 2
+}
+
+/// One election's state: `status`, its leader and when a running one finishes.
+struct Race<'a> {
+    status: &'a mut Election,
+    leader: &'a mut Option<String>,
+    until: &'a mut Option<Instant>,
+}
+
+/// Advances one election. A finished election stands while its leader is alive and the group
+/// has quorum; a dead leader or a lost quorum restarts it (`term + 1` for a dead leader). A
+/// running election finishes after [`ELECTION_DURATION`], won by the previous leader when it is
+/// alive (it re-enters with suitability `u64::MAX`), otherwise by the highest member id.
+/// Returns true when a dead leader restarted it.
+fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> bool {
+    let leader_alive = race
+        .leader
+        .as_ref()
+        .is_some_and(|l| alive.iter().any(|m| m.member_id == *l));
+    if !quorum {
+        *race.status = Election::NoQuorum;
+        *race.until = None;
+        return false;
+    }
+    match *race.status {
+        Election::Finished if leader_alive => false,
+        Election::InProgress if race.until.is_some() => {
+            if race.until.is_some_and(|u| now >= u) {
+                *race.status = Election::Finished;
+                *race.until = None;
+                if !leader_alive {
+                    *race.leader = alive.iter().map(|m| m.member_id.clone()).max();
+                }
+            }
+            false
+        }
+        previous => {
+            *race.status = Election::InProgress;
+            *race.until = Some(now + ELECTION_DURATION);
+            previous == Election::Finished
+        }
+    }
+}
+
+/// Runs every group's elections and starts the services whose election finished.
+pub(super) fn elect(st: &mut State) {
+    let mut groups: HashMap<(String, String), Vec<&Member>> = HashMap::new();
+    for m in st.members.values() {
+        groups.entry(m.key()).or_default().push(m);
+    }
+    st.groups.retain(|k, _| groups.contains_key(k));
+    let now = Instant::now();
+    let mut finished: HashSet<(String, String)> = HashSet::new();
+    for (key, members) in &groups {
+        let g = st.groups.entry(key.clone()).or_default();
+        let alive: Vec<&Member> = members
+            .iter()
+            .copied()
+            .filter(|m| m.health == Health::Alive)
+            .collect();
+        g.gossiped |= alive.len() >= 2;
+        let quorum = has_quorum(members, g.gossiped);
+        let leader_topology = members.iter().any(|m| m.leader_topology);
+        if leader_topology {
+            let restarted = advance(
+                Race {
+                    status: &mut g.status,
+                    leader: &mut g.leader_id,
+                    until: &mut g.running_until,
+                },
+                quorum,
+                &alive,
+                now,
+            );
+            if restarted {
+                g.term += 1;
+            }
+        } else {
+            g.status = Election::None;
+            g.leader_id = None;
+        }
+        if members.iter().any(|m| m.strategy == Strategy::Rolling) {
+            advance(
+                Race {
+                    status: &mut g.update_status,
+                    leader: &mut g.update_leader_id,
+                    until: &mut g.update_running_until,
+                },
+                quorum,
+                &alive,
+                now,
+            );
+        } else {
+            g.update_status = Election::None;
+            g.update_leader_id = None;
+        }
+        if matches!(g.status, Election::Finished | Election::None) {
+            finished.insert(key.clone());
+        }
+    }
+    for m in st.members.values_mut() {
+        if m.health == Health::Alive && finished.contains(&m.key()) {
+            m.started = true;
+        }
+    }
+}
