@@ -12,7 +12,7 @@ use std::hint::black_box;
 use chrono::Utc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use habitat_machine::{Blocker, Phase, Step};
-use habitat_operator::api::{Habitat, LABEL_LEADER};
+use habitat_operator::api::{Habitat, MemberStatus, LABEL_LEADER};
 use habitat_operator::children::fingerprint;
 use habitat_operator::children::{self, peer_config::peer_config, Workload};
 use habitat_operator::cluster::apply::FINGERPRINT_ANNOTATION;
@@ -77,10 +77,22 @@ fn census(pods: &[Pod]) -> LeaderView {
         .iter()
         .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
         .collect();
+    let members = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| MemberStatus {
+            pod: Some(p.name_any()),
+            member_id: p.name_any(),
+            package: "kinvolk/redis-hab/0.1.0/20260101000000".into(),
+            alive: true,
+            leader: i == 0,
+        })
+        .collect();
     LeaderView::Observed {
         election: Election::Elected { ip: ips[0].clone() },
         pod: Some(pods[0].name_any()),
         alive: ips,
+        members,
     }
 }
 
