@@ -36,6 +36,15 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A Secret the Habitat uses could not be read (its contents are never part of this).
+    #[error("cannot read Secret {name}: {source}; the operator needs `get` on Secrets in this namespace")]
+    ReadSecret {
+        /// The Secret.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// The object read from the cache lacks a field every stored object has.
     #[error("the Habitat from the cache has no {0}; this is a bug or a broken API server")]
     MissingField(&'static str),
@@ -43,10 +52,11 @@ pub enum Error {
 
 impl Error {
     /// Every category, for metrics that must exist before the first failure.
-    pub const CATEGORIES: [&'static str; 4] = [
+    pub const CATEGORIES: [&'static str; 5] = [
         "ApplyFailed",
         "StatusWriteFailed",
         "FinalizerFailed",
+        "SecretReadFailed",
         "MissingField",
     ];
 
@@ -56,6 +66,7 @@ impl Error {
             Error::Apply { .. } => "ApplyFailed",
             Error::PersistStatus { .. } => "StatusWriteFailed",
             Error::Finalizer { .. } => "FinalizerFailed",
+            Error::ReadSecret { .. } => "SecretReadFailed",
             Error::MissingField(_) => "MissingField",
         }
     }
@@ -105,9 +116,9 @@ impl Error {
     /// How the reconciler treats this failure.
     pub fn disposition(&self) -> Disposition {
         match self {
-            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
-                disposition(source)
-            }
+            Error::Apply { source, .. }
+            | Error::PersistStatus { source, .. }
+            | Error::ReadSecret { source, .. } => disposition(source),
             Error::Finalizer { .. } | Error::MissingField(_) => Disposition::Retry,
         }
     }
@@ -190,6 +201,10 @@ mod tests {
             Error::Finalizer {
                 name: "x".into(),
                 message: "m".into(),
+            },
+            Error::ReadSecret {
+                name: "x".into(),
+                source: api_error(403),
             },
             Error::MissingField("metadata.uid"),
         ];

@@ -9,6 +9,7 @@
 pub mod act;
 pub mod conditions;
 pub mod context;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
@@ -16,6 +17,7 @@ pub mod peer;
 pub mod requeue;
 pub mod ring;
 pub mod rollout;
+pub mod secrets;
 pub mod status;
 
 use std::sync::Arc;
@@ -121,6 +123,10 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    if stale(ctx, &uid, h) {
+        tracing::debug!(%ns, name = %h.name_any(), "the cache does not show our last status write yet; looking again shortly");
+        return Ok(Action::requeue(STALE_RETRY));
+    }
     let generated = h
         .spec
         .service
@@ -128,7 +134,16 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .as_ref()
         .and_then(|r| remembered_key(ctx, &ns, &r.name));
 
-    let mut snap = observe(h, &ctx.stores, generated);
+    let secrets = match ctx.secrets.view(&ctx.client, &ctx.stores, h).await {
+        Ok(view) => view,
+        // Being deleted, the Habitat needs no Secret: a failed read must not hold the finalizer.
+        Err(e) if h.metadata.deletion_timestamp.is_some() => {
+            tracing::debug!(%ns, name = %h.name_any(), error = %e.chain(1024), "Secrets not read during deletion");
+            Default::default()
+        }
+        Err(e) => return Err(e),
+    };
+    let mut snap = observe(h, &ctx.stores, &secrets, generated);
     let mut desired = DesiredWorkload::default();
     let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut desired).await;
     let now = Utc::now();
@@ -144,13 +159,37 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         now,
     });
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
-    if !status::same(&new, &old) {
+    if status::worth_writing(&new, &old, pass.phase) {
         persist(ctx, h, &ns, new).await?;
+        if let Some(version) = h.resource_version() {
+            ctx.written_over
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid.clone(), version);
+        }
     }
     events::publish(&ctx.recorder, h, &notes).await;
     match pass.failure {
         Some(e) => Err(e),
         None => Ok(next_action(ctx, h, &uid, &pass.outcome)),
+    }
+}
+
+/// How soon a reconcile handed a copy older than our own status write looks again (the watch
+/// delivers the written object within milliseconds, and wakes the object itself).
+const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether `h` is the version our last status write of it replaced. Forgets the mark once a
+/// newer version arrives.
+fn stale(ctx: &Context, uid: &str, h: &Habitat) -> bool {
+    let mut marks = ctx.written_over.lock().unwrap_or_else(|p| p.into_inner());
+    match (marks.get(uid), h.resource_version()) {
+        (Some(over), Some(version)) if *over == version => true,
+        (Some(_), _) => {
+            marks.remove(uid);
+            false
+        }
+        (None, _) => false,
     }
 }
 
@@ -242,8 +281,8 @@ fn facts_in_pass(
     facts
 }
 
-/// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
-/// that asks the user to act, and per distinct failure.
+/// Metrics and logs of the pass, and the Events to publish: one for the phases the pass walked,
+/// one per condition that asks the user to act, and one per distinct failure.
 fn record(
     ctx: &Context,
     h: &Habitat,
@@ -266,8 +305,18 @@ fn record(
             Some(0.0)
         };
         ctx.metrics.transition(*from, *to, seconds);
-        notes.push(Note::transition(*from, *to, &transition_reason(*to, new)));
         tracing::info!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), from = %from, to = %to, "phase transition");
+    }
+    // One Event for the pass, naming the path it took and why it stopped where it did.
+    let path: Vec<Phase> = pass
+        .transitions
+        .first()
+        .map(|(from, _)| *from)
+        .into_iter()
+        .chain(pass.transitions.iter().map(|(_, to)| *to))
+        .collect();
+    if let Some(last) = path.last() {
+        notes.extend(Note::passage(&path, &transition_reason(*last, new)));
     }
     notes.extend(user_warnings(&old.conditions, &new.conditions));
     let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
@@ -492,7 +541,9 @@ mod tests {
                 budgets: reflector::store().0,
                 pods: reflector::store().0,
                 secrets: reflector::store().0,
+                index: Default::default(),
             },
+            secrets: Default::default(),
             recorder: Recorder::new(
                 client,
                 Reporter {
@@ -507,6 +558,7 @@ mod tests {
             generated_keys: Mutex::new(Default::default()),
             key_generation: tokio::sync::Mutex::new(()),
             last_failure: Mutex::new(Default::default()),
+            written_over: Mutex::new(Default::default()),
             synced: Arc::new(AtomicBool::new(true)),
         })
     }
