@@ -563,6 +563,30 @@ mod tests {
         })
     }
 
+    /// A reconcile handed the copy that our own status write replaced (the cache has not caught
+    /// up) would walk the phases again: it waits instead, once the newer copy arrives it goes on.
+    #[tokio::test]
+    async fn the_copy_a_status_write_replaced_is_recognised_as_stale() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let ctx = context(kube::Client::try_from(config).expect("a client"));
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata.resource_version = Some("41".into());
+        assert!(!stale(&ctx, "uid", &h), "nothing written yet");
+        ctx.written_over
+            .lock()
+            .expect("lock")
+            .insert("uid".into(), "41".into());
+        assert!(stale(&ctx, "uid", &h));
+        assert!(!stale(&ctx, "other", &h));
+        h.metadata.resource_version = Some("42".into());
+        assert!(!stale(&ctx, "uid", &h), "the written copy arrived");
+        h.metadata.resource_version = Some("41".into());
+        assert!(
+            !stale(&ctx, "uid", &h),
+            "the mark is gone once a newer copy was seen"
+        );
+    }
+
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
     /// before: creating the first child is refused with 403 NamespaceTerminating. The
     /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
