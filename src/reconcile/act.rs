@@ -1,5 +1,6 @@
-//! Acting: performs one step of the machine, idempotently, and records its result in the
-//! snapshot so that the next decision of the same reconcile sees it.
+//! Acting: performs one step of the machine, idempotently, towards the [`Desired`] state the
+//! decision drew, and records its result in the snapshot so that the next decision of the same
+//! reconcile sees it.
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +21,10 @@ use crate::cluster::apply::{apply, delete, FIELD_MANAGER};
 use crate::cluster::events::Note;
 use crate::error::Error;
 use crate::reconcile::context::Context;
+use crate::reconcile::decide::Desired;
+use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
 use crate::reconcile::ring::{newest, KeyState};
-use crate::reconcile::{leader, rollout};
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);
@@ -33,7 +35,7 @@ pub async fn act(
     h: &Habitat,
     ctx: &Context,
     snap: &mut Snapshot,
-    workload: Option<&Workload>,
+    desired: &Desired<'_>,
     notes: &mut Vec<Note>,
 ) -> Result<(), Error> {
     let ns = h
@@ -41,7 +43,7 @@ pub async fn act(
         .ok_or(Error::MissingField("metadata.namespace"))?;
     match step {
         Step::ApplyPeerConfig => {
-            let cm = peer_config(h, &snap.desired_peers());
+            let cm = peer_config(h, &desired.peers);
             snap.peer_config = Some(apply(&ctx.client, &cm).await?);
         }
         Step::ResolveRingKey => {
@@ -56,7 +58,7 @@ pub async fn act(
                 statefulset,
                 headless,
                 leader,
-            }) = workload
+            }) = desired.workload
             else {
                 return Ok(());
             };
@@ -78,16 +80,13 @@ pub async fn act(
             }
         }
         Step::ReplacePod => {
-            let next = snap.statefulset.as_ref().and_then(|s| {
-                rollout::next_replacement(s, &snap.pods, h.spec.count, snap.leader.pod())
-            });
-            if let Some(pod) = next {
+            if let Some(pod) = &desired.replacement {
                 let role = if snap.leader.pod() == Some(pod.as_str()) {
                     "leader"
                 } else {
                     "follower"
                 };
-                delete::<Pod>(&ctx.client, &ns, &pod).await?;
+                delete::<Pod>(&ctx.client, &ns, pod).await?;
                 notes.push(Note::normal(
                     "ReplacingPod",
                     format!("deleted {role} {pod} so that it restarts with the new spec"),
@@ -101,11 +100,11 @@ pub async fn act(
         Step::PublishLeader => {
             let leader = snap.leader.pod().map(str::to_string);
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            let mislabelled = snap.mislabelled_pods(leader.as_deref());
+            let mislabelled = &desired.mislabelled;
             // The label lands on a pod without it exactly when a new member leads: another pod,
             // or the same pod name after its pod was replaced (a new supervisor).
             let new_leader = mislabelled.iter().any(|(_, should)| *should);
-            for (name, should) in mislabelled {
+            for (name, should) in mislabelled.iter().cloned() {
                 let value = if should {
                     json!("true")
                 } else {

@@ -1,4 +1,5 @@
-//! The reconcile driver: observe (caches) → decide (the machine) → act (one idempotent step,
+//! The reconcile driver: observe (caches, [`mod@observe`]) → decide (the desired state, the
+//! facts and the machine's answer, [`mod@decide`]) → act (one idempotent step, [`mod@act`],
 //! repeated while each succeeds at once) → persist (one status write, only when it differs).
 //!
 //! Deletion goes through kube's `finalizer` helper: the same pipeline runs, the machine answers
@@ -9,6 +10,7 @@
 pub mod act;
 pub mod conditions;
 pub mod context;
+pub mod decide;
 pub mod index;
 pub mod leader;
 pub mod metrics;
@@ -24,14 +26,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use habitat_machine::{decide, Blocker, Phase, Step};
+use habitat_machine::{Blocker, Phase, Step};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
 
 use crate::api::{Habitat, Topology, FINALIZER};
-use crate::children;
 use crate::cluster::apply::FIELD_MANAGER;
 use crate::cluster::events::{self, Note};
 use crate::error::{Disposition, Error};
@@ -39,6 +40,7 @@ use crate::reconcile::act::{act, remembered_key};
 use crate::reconcile::conditions::Reason;
 use crate::reconcile::context::Context;
 use crate::reconcile::requeue::RESYNC;
+use decide::Decider;
 use observe::observe;
 use status::{Inputs, Outcome};
 
@@ -144,10 +146,10 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         Err(e) => return Err(e),
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
-    let mut desired = DesiredWorkload::default();
-    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut desired).await;
+    let mut decider = Decider::default();
+    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut decider).await;
     let now = Utc::now();
-    let facts = snap.facts(h, desired.get(h, &snap));
+    let facts = decide::facts(h, &snap, &decider.desired(h, &snap));
     let old = h.status.clone().unwrap_or_default();
     let new = status::desired(&Inputs {
         habitat: h,
@@ -218,7 +220,7 @@ async fn drive(
     ctx: &Context,
     phase: Phase,
     snap: &mut observe::Snapshot,
-    desired: &mut DesiredWorkload,
+    decider: &mut Decider,
 ) -> Pass {
     let mut pass = Pass {
         phase,
@@ -228,11 +230,8 @@ async fn drive(
         failure: None,
     };
     for _ in 0..MAX_STEPS {
-        let workload = desired.get(h, snap);
-        let d = decide(
-            pass.phase,
-            &facts_in_pass(snap.facts(h, workload), &pass.transitions),
-        );
+        let plan = decider.next(h, snap, pass.phase, &pass.transitions);
+        let d = plan.decision;
         if d.phase != pass.phase {
             pass.transitions.push((pass.phase, d.phase));
             pass.phase = d.phase;
@@ -249,7 +248,7 @@ async fn drive(
                 break;
             }
             step => {
-                if let Err(e) = act(step, h, ctx, snap, workload, &mut pass.notes).await {
+                if let Err(e) = act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await {
                     if e.disposition() == Disposition::NamespaceTerminating {
                         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
                         pass.outcome = Outcome::NamespaceTerminating;
@@ -263,22 +262,6 @@ async fn drive(
         }
     }
     pass
-}
-
-/// The facts of the next decision of a pass. Once the pass has taken a transition, it is acting
-/// on the current spec: `spec_changed` (generation above the persisted `observedGeneration`)
-/// then no longer means that the spec changed since the object was Ready. Without this, an
-/// object whose status was never written (the operator was killed before its first status
-/// write) or whose spec changed while it was deploying walked to Ready and then flapped
-/// Ready → Updating → Ready until the step limit within one pass.
-fn facts_in_pass(
-    mut facts: habitat_machine::Facts,
-    transitions: &[(Phase, Phase)],
-) -> habitat_machine::Facts {
-    if !transitions.is_empty() {
-        facts.spec_changed = false;
-    }
-    facts
 }
 
 /// Metrics and logs of the pass, and the Events to publish: one for the phases the pass walked,
@@ -333,32 +316,6 @@ fn record(
         }
     }
     notes
-}
-
-/// The desired workload of one reconcile. It depends on the spec and the resolved ring key
-/// only, so it is built again only when the key changes, not on every decision.
-#[derive(Default)]
-struct DesiredWorkload {
-    built_for: Option<ring::KeyState>,
-    workload: Option<children::Workload>,
-}
-
-impl DesiredWorkload {
-    fn get(&mut self, h: &Habitat, snap: &observe::Snapshot) -> Option<&children::Workload> {
-        if self.built_for.as_ref() != Some(&snap.key) {
-            self.workload = workload_for(h, snap);
-            self.built_for = Some(snap.key.clone());
-        }
-        self.workload.as_ref()
-    }
-}
-
-fn workload_for(h: &Habitat, snap: &observe::Snapshot) -> Option<children::Workload> {
-    match &snap.key {
-        ring::KeyState::NotRequired => Some(children::workload(h, None)),
-        ring::KeyState::Ready(k) => Some(children::workload(h, Some(k))),
-        _ => None,
-    }
 }
 
 /// Why a Habitat entered `to`, from the condition that gates that phase.
@@ -488,7 +445,7 @@ mod tests {
     fn dry_pass(mut phase: Phase, facts: habitat_machine::Facts) -> (Phase, Vec<(Phase, Phase)>) {
         let mut transitions = vec![];
         for _ in 0..MAX_STEPS {
-            let d = decide(phase, &facts_in_pass(facts, &transitions));
+            let d = habitat_machine::decide(phase, &decide::facts_in_pass(facts, &transitions));
             if d.phase != phase {
                 transitions.push((phase, d.phase));
                 phase = d.phase;

@@ -1,0 +1,316 @@
+//! Deciding: everything drawn from a [`Snapshot`] in one place. The desired state (the workload,
+//! the peer file's addresses, the leader labels, the next pod to replace) and the machine's
+//! [`Facts`] are computed here, and [`habitat_machine::decide`] answers the phase and the step.
+//! The snapshot stays plain observed data; [`act`](mod@crate::reconcile::act) performs a step with
+//! what this module wanted.
+
+use habitat_machine::{decide, Decision, Facts, Phase};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::api::{Habitat, Topology, LABEL_LEADER, PEER_IP_KEY};
+use crate::children::peer_config::peer_file_content;
+use crate::children::{self, Workload};
+use crate::cluster::apply::is_current;
+use crate::reconcile::observe::{LeaderView, Snapshot};
+use crate::reconcile::ring::KeyState;
+use crate::reconcile::{peer, rollout};
+
+/// What a Habitat should look like given one snapshot.
+#[derive(Debug)]
+pub struct Desired<'a> {
+    /// The workload, once the ring key is resolved.
+    pub workload: Option<&'a Workload>,
+    /// The addresses the peer file should hold.
+    pub peers: Vec<String>,
+    /// Pods whose leader label must change, and whether each should carry it.
+    pub mislabelled: Vec<(String, bool)>,
+    /// The pod to replace next, when a leader group's rollout may replace one now.
+    pub replacement: Option<String>,
+}
+
+/// One decision: the machine's answer, and the desired state its step works towards.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    /// The phase after this decision and the step to take.
+    pub decision: Decision,
+    /// What the step applies.
+    pub desired: Desired<'a>,
+}
+
+/// The decisions of one reconcile. The desired workload depends on the spec and the resolved
+/// ring key only, so it is built again only when the key changes, not on every decision.
+#[derive(Default)]
+pub struct Decider {
+    built_for: Option<KeyState>,
+    workload: Option<Workload>,
+}
+
+impl Decider {
+    /// The next decision of a pass in `phase` that has taken `transitions` so far.
+    pub fn next(
+        &mut self,
+        h: &Habitat,
+        snap: &Snapshot,
+        phase: Phase,
+        transitions: &[(Phase, Phase)],
+    ) -> Plan<'_> {
+        let desired = self.desired(h, snap);
+        let facts = facts_in_pass(facts(h, snap, &desired), transitions);
+        Plan {
+            decision: decide(phase, &facts),
+            desired,
+        }
+    }
+
+    /// The desired state of `h` given `snap`.
+    pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
+        if self.built_for.as_ref() != Some(&snap.key) {
+            self.workload = workload_for(h, &snap.key);
+            self.built_for = Some(snap.key.clone());
+        }
+        let leader_topology = h.spec.service.topology == Topology::Leader;
+        let leader_pod = snap.leader.pod();
+        let replacement = if leader_topology && !snap.replaced_pod && members_in_census(snap) {
+            snap.statefulset
+                .as_ref()
+                .and_then(|s| rollout::next_replacement(s, &snap.pods, h.spec.count, leader_pod))
+        } else {
+            None
+        };
+        Desired {
+            workload: self.workload.as_ref(),
+            peers: peer::addresses(&snap.current_peers(), &snap.pods, &snap.bound_pods),
+            mislabelled: mislabelled_pods(&snap.pods, leader_pod),
+            replacement,
+        }
+    }
+}
+
+fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
+    match key {
+        KeyState::NotRequired => Some(children::workload(h, None)),
+        KeyState::Ready(k) => Some(children::workload(h, Some(k))),
+        _ => None,
+    }
+}
+
+/// The machine's facts about `h` given `snap` and what is `desired` of it.
+pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
+    let count = h.spec.count;
+    let desired_peer = peer_file_content(&desired.peers);
+    let peer_config_current = snap
+        .peer_config
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(PEER_IP_KEY))
+        .is_some_and(|v| *v == desired_peer);
+    let leader_pod = snap.leader.pod();
+    Facts {
+        deleting: h.metadata.deletion_timestamp.is_some(),
+        spec_invalid: snap.spec_problem.is_some(),
+        peer_config_current,
+        key_ready: matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)),
+        key_can_be_generated: matches!(snap.key, KeyState::ToGenerate { .. }),
+        referenced_secrets_present: snap.secret_problem.is_none(),
+        workload_current: desired.workload.is_some_and(|w| workload_current(snap, w)),
+        spec_changed: h.metadata.generation
+            > h.status
+                .as_ref()
+                .and_then(|s| s.observed_generation)
+                .or(Some(0)),
+        rollout_done: snap
+            .statefulset
+            .as_ref()
+            .is_some_and(|s| rollout::done(s, count)),
+        pod_replacement_due: desired.replacement.is_some(),
+        leader_topology: h.spec.service.topology == Topology::Leader,
+        leader_observed: snap.leader != LeaderView::NotObserved,
+        leader_known: leader_pod.is_some(),
+        leader_published: leader_pod.is_some() && desired.mislabelled.is_empty(),
+    }
+}
+
+/// The facts of the next decision of a pass. Once the pass has taken a transition, it is acting
+/// on the current spec: `spec_changed` (generation above the persisted `observedGeneration`)
+/// then no longer means that the spec changed since the object was Ready. Without this, an
+/// object whose status was never written (the operator was killed before its first status
+/// write) or whose spec changed while it was deploying walked to Ready and then flapped
+/// Ready → Updating → Ready until the step limit within one pass.
+pub fn facts_in_pass(mut facts: Facts, transitions: &[(Phase, Phase)]) -> Facts {
+    if !transitions.is_empty() {
+        facts.spec_changed = false;
+    }
+    facts
+}
+
+/// Pods whose leader label disagrees with `leader`.
+fn mislabelled_pods(pods: &[Pod], leader: Option<&str>) -> Vec<(String, bool)> {
+    pods.iter()
+        .filter_map(|p| {
+            let should = leader == Some(p.name_any().as_str());
+            let labelled = p.labels().get(LABEL_LEADER).is_some_and(|v| v == "true");
+            (labelled != should).then(|| (p.name_any(), should))
+        })
+        .collect()
+}
+
+/// Whether every running pod is an alive member of the group's census. Before the census is
+/// read this reconcile it counts as true, so the machine asks to read it first.
+fn members_in_census(snap: &Snapshot) -> bool {
+    match &snap.leader {
+        LeaderView::NotObserved => true,
+        LeaderView::Unreachable(_) => false,
+        LeaderView::Observed { alive, .. } => snap
+            .pods
+            .iter()
+            .filter(|p| peer::is_running(p))
+            .filter_map(|p| peer::pod_ip(p))
+            .all(|ip| alive.iter().any(|a| a == ip)),
+    }
+}
+
+/// Whether the live children carry the fingerprints of `w`.
+fn workload_current(snap: &Snapshot, w: &Workload) -> bool {
+    let sts = snap
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| is_current(&s.metadata, &w.statefulset));
+    let headless = snap
+        .headless
+        .as_ref()
+        .is_some_and(|s| is_current(&s.metadata, &w.headless));
+    let leader = match &w.leader {
+        Some((svc, pdb)) => {
+            snap.leader_service
+                .as_ref()
+                .is_some_and(|s| is_current(&s.metadata, svc))
+                && snap
+                    .budget
+                    .as_ref()
+                    .is_some_and(|b| is_current(&b.metadata, pdb))
+        }
+        None => snap.leader_service.is_none() && snap.budget.is_none(),
+    };
+    sts && headless && leader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::cluster::census::Election;
+    use crate::reconcile::peer::tests::pod;
+    use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+
+    fn outdated_group() -> Snapshot {
+        let mut pods: Vec<Pod> = (0..3)
+            .map(|i| pod(i, &format!("10.0.0.{i}"), "Running", true))
+            .collect();
+        for p in &mut pods {
+            p.metadata.labels =
+                Some([("controller-revision-hash".to_string(), "old".to_string())].into());
+        }
+        let sts = StatefulSet {
+            status: Some(StatefulSetStatus {
+                update_revision: Some("new".into()),
+                replicas: 3,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Snapshot {
+            statefulset: Some(sts),
+            peer_config: None,
+            headless: None,
+            leader_service: None,
+            budget: None,
+            pods,
+            bound_pods: vec![],
+            key: KeyState::NotRequired,
+            secret_problem: None,
+            spec_problem: None,
+            leader: LeaderView::NotObserved,
+            replaced_pod: false,
+        }
+    }
+
+    fn observed(alive: &[&str]) -> LeaderView {
+        LeaderView::Observed {
+            election: Election::Elected {
+                ip: "10.0.0.0".into(),
+            },
+            pod: Some("redis-0".into()),
+            alive: alive.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn facts_of(h: &Habitat, snap: &Snapshot) -> Facts {
+        facts(h, snap, &Decider::default().desired(h, snap))
+    }
+
+    #[test]
+    fn a_member_is_replaced_only_when_the_census_shows_every_running_member_alive() {
+        let h = habitat().leader().count(3);
+        let mut snap = outdated_group();
+        assert!(
+            facts_of(&h, &snap).pod_replacement_due,
+            "due before the census is read, so it is read"
+        );
+        snap.leader = observed(&["10.0.0.0", "10.0.0.1"]);
+        assert!(
+            !facts_of(&h, &snap).pod_replacement_due,
+            "10.0.0.2 has not rejoined"
+        );
+        snap.leader = observed(&["10.0.0.0", "10.0.0.1", "10.0.0.2"]);
+        assert!(facts_of(&h, &snap).pod_replacement_due);
+        snap.leader = LeaderView::Unreachable("timeout".into());
+        assert!(!facts_of(&h, &snap).pod_replacement_due);
+    }
+
+    #[test]
+    fn standalone_groups_never_replace_pods_themselves() {
+        assert!(!facts_of(&habitat().count(3), &outdated_group()).pod_replacement_due);
+    }
+
+    #[test]
+    fn the_planned_replacement_is_the_pod_the_rollout_names() {
+        let h = habitat().leader().count(3);
+        let mut snap = outdated_group();
+        snap.leader = observed(&["10.0.0.0", "10.0.0.1", "10.0.0.2"]);
+        let expected = rollout::next_replacement(
+            snap.statefulset.as_ref().expect("a StatefulSet"),
+            &snap.pods,
+            3,
+            Some("redis-0"),
+        );
+        let mut decider = Decider::default();
+        assert!(expected.is_some());
+        assert_eq!(decider.desired(&h, &snap).replacement, expected);
+        snap.replaced_pod = true;
+        assert_eq!(
+            decider.desired(&h, &snap).replacement,
+            None,
+            "one pod per reconcile"
+        );
+    }
+
+    #[test]
+    fn only_the_leader_carries_the_leader_label() {
+        let mut pods: Vec<Pod> = (0..3)
+            .map(|i| pod(i, &format!("10.0.0.{i}"), "Running", true))
+            .collect();
+        pods[2].metadata.labels = Some([(LABEL_LEADER.to_string(), "true".to_string())].into());
+        let leader = pods[0].name_any();
+        let mut wanted = mislabelled_pods(&pods, Some(&leader));
+        wanted.sort();
+        assert_eq!(
+            wanted,
+            vec![(leader.clone(), true), (pods[2].name_any(), false)]
+        );
+        assert_eq!(
+            mislabelled_pods(&pods, None),
+            vec![(pods[2].name_any(), false)]
+        );
+    }
+}
