@@ -56,10 +56,22 @@ fn process_cost(pid: u32) -> (u64, f64) {
 }
 
 /// The operator's requests in `ns` from the audit log: one per request (ResponseComplete).
+/// The API server rotates its log at 100 MB (`audit-TIME.log` beside `audit.log`): all are read.
 fn operator_requests(cp: &ControlPlane, ns: &str) -> Vec<Value> {
-    std::fs::read_to_string(cp.audit_log())
-        .unwrap_or_default()
-        .lines()
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(cp.dir())
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
+    });
+    let text: String = files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete")
         .filter(|e| e["user"]["username"] == OPERATOR_USER)
@@ -198,6 +210,12 @@ async fn cost_of_standalone_habitats() {
         per(writes),
         per(events)
     );
+    let lists: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["verb"] == "list")
+        .filter_map(|e| e["requestURI"].as_str())
+        .collect();
+    println!("opcost: lists {lists:?}");
     for (k, v) in &by_kind {
         println!("opcost:   {k:<40} {v:>6} ({:.2} per Habitat)", per(*v));
     }
