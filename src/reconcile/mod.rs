@@ -162,12 +162,16 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     });
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
     if status::worth_writing(&new, &old, pass.phase) {
-        persist(ctx, h, &ns, new).await?;
-        if let Some(version) = h.resource_version() {
-            ctx.written_over
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(uid.clone(), version);
+        let written = persist(ctx, h, &ns, new).await?;
+        // Marked only when the write made a new version: after a write that changed nothing
+        // (the server already held this status) no newer copy would ever come to clear it.
+        if let (Some(before), Some(after)) = (h.resource_version(), written) {
+            if before != after {
+                ctx.written_over
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(uid.clone(), before);
+            }
         }
     }
     events::publish(&ctx.recorder, h, &notes).await;
@@ -368,13 +372,14 @@ fn user_warnings(
         .collect()
 }
 
-/// Writes the status with server-side apply. An object already gone is fine.
+/// Writes the status with server-side apply; answers the resourceVersion written. An object
+/// already gone is fine.
 async fn persist(
     ctx: &Context,
     h: &Habitat,
     ns: &str,
     status: crate::api::HabitatStatus,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), ns);
     let body = serde_json::json!({
         "apiVersion": "habitat.sh/v1",
@@ -390,9 +395,9 @@ async fn persist(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written.resource_version()),
         Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => {
-            Ok(())
+            Ok(None)
         }
         Err(source) => Err(Error::PersistStatus {
             name: h.name_any(),
