@@ -2,6 +2,7 @@
 //! the metrics label. Messages say what failed; none carries Secret contents.
 
 use std::error::Error as StdError;
+use std::time::Duration;
 
 /// A failed reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,8 @@ pub enum Error {
         name: String,
         /// What failed.
         message: String,
+        /// The delay the API server asked for, when it refused the patch with one.
+        retry_after: Option<Duration>,
     },
     /// A Secret the Habitat uses could not be read (its contents are never part of this).
     #[error("cannot read Secret {name}: {source}; the operator needs `get` on Secrets in this namespace")]
@@ -84,6 +87,17 @@ impl Error {
             source = s.source();
         }
         truncate(text, max)
+    }
+
+    /// The delay the API server asked for (429 or 503 with Retry-After), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
+                retry_after(source)
+            }
+            Error::Finalizer { retry_after, .. } => *retry_after,
+            Error::MissingField(_) => None,
+        }
     }
 
     /// Whether the API server said the object does not exist.
@@ -155,6 +169,23 @@ pub fn is_namespace_terminating(e: &kube::Error) -> bool {
             && s.message.ends_with("because it is being terminated"))
 }
 
+/// The delay the API server asked for when it refused a request with 429 Too Many Requests or
+/// 503 Service Unavailable. kube-apiserver sends it as the `Retry-After` header and, in the
+/// Status body, as `details.retryAfterSeconds` (`NewTooManyRequests`, and the sandbox's fault
+/// injection, do both); kube's error keeps the body, not the headers, so the body is read.
+/// kube's client already retried such a request a few times (its default retry layer, which
+/// honours the header): an error that still carries it reaches the reconciler's backoff.
+pub fn retry_after(e: &kube::Error) -> Option<Duration> {
+    let kube::Error::Api(s) = e else {
+        return None;
+    };
+    if s.code != 429 && s.code != 503 {
+        return None;
+    }
+    let secs = s.details.as_ref()?.retry_after_seconds;
+    (secs > 0).then(|| Duration::from_secs(secs.into()))
+}
+
 /// Whether a kube error is an HTTP 404.
 pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
@@ -174,8 +205,40 @@ pub fn truncate(mut text: String, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The Status kube-apiserver (and the sandbox's fault injection) answers with `code`.
+    pub(crate) fn refused(code: u16, retry_after_seconds: u32) -> kube::Error {
+        let body = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Too many requests, please try again later.",
+            "reason": if code == 429 { "TooManyRequests" } else { "ServiceUnavailable" },
+            "details": {"retryAfterSeconds": retry_after_seconds},
+            "code": code
+        });
+        kube::Error::Api(Box::new(
+            serde_json::from_value(body).expect("a Status body"),
+        ))
+    }
+
+    #[test]
+    fn retry_after_is_read_from_429_and_503_only() {
+        assert_eq!(retry_after(&refused(429, 3)), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(&refused(503, 1)), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(&refused(500, 3)), None);
+        assert_eq!(retry_after(&refused(409, 3)), None);
+        assert_eq!(retry_after(&refused(429, 0)), None);
+        let no_details = kube::Error::Api(
+            kube::core::Status::failure("slow down", "TooManyRequests")
+                .with_code(429)
+                .boxed(),
+        );
+        assert_eq!(retry_after(&no_details), None);
+    }
 
     fn api_error(code: u16) -> kube::Error {
         kube::Error::Api(
@@ -201,6 +264,7 @@ mod tests {
             Error::Finalizer {
                 name: "x".into(),
                 message: "m".into(),
+                retry_after: None,
             },
             Error::ReadSecret {
                 name: "x".into(),

@@ -49,7 +49,9 @@ async fn wait_ready(sb: &Sandbox, name: &str, n: i64) {
     eventually(10, "statefulset ready", || async {
         let s = sts_status(sb, name).await;
         let st = &s["status"];
-        (st["readyReplicas"] == n
+        // Until the controller has seen the latest spec, its status describes the previous one.
+        (st["observedGeneration"] == s["metadata"]["generation"]
+            && st["readyReplicas"] == n
             && st["replicas"] == n
             && st["currentRevision"] == st["updateRevision"])
             .then_some(())

@@ -96,6 +96,12 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         }
         Err(other) => Err(Error::Finalizer {
             name,
+            retry_after: match &other {
+                finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => {
+                    crate::error::retry_after(e)
+                }
+                _ => None,
+            },
             message: other.to_string(),
         }),
     };
@@ -112,7 +118,10 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), "namespace is being deleted; waiting for the Habitat's deletion");
         return Action::await_change();
     }
-    let delay = ctx.backoffs.next(&h.uid().unwrap_or_default());
+    // Not sooner than the API server asked for (429/503 with Retry-After), within the cap.
+    let delay = ctx
+        .backoffs
+        .next_at_least(&h.uid().unwrap_or_default(), error.retry_after());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
     tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
@@ -630,6 +639,59 @@ mod tests {
         let text = ctx.metrics.render();
         assert!(text.contains("habitat_operator_reconciles_total{result=\"error\"} 0"));
         assert!(text.contains("habitat_operator_requeue_backoff_seconds_count 0"));
+        sandbox.shutdown().await;
+    }
+
+    /// The sandbox sheds load (429 with Retry-After: 1, as kube-apiserver's priority and
+    /// fairness does): the failed reconcile is requeued after at least that second, although
+    /// the object's backoff would have retried after 0.25 to 0.75 s.
+    #[tokio::test]
+    async fn a_429_with_retry_after_requeues_no_sooner_than_asked() {
+        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options {
+            faults: habitat_sandbox::faults::Faults {
+                server_errors: 1.0,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("sandbox starts");
+        let kc = kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("yaml");
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("a config");
+        // kube's client retries 429 and 503 itself by default; this test wants the answer.
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).expect("a client");
+        let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(client.clone(), "default");
+        let mut too_many = None;
+        for _ in 0..100 {
+            match config_maps.list(&Default::default()).await {
+                Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 429) =>
+                {
+                    too_many = Some(e);
+                    break;
+                }
+                _ => continue,
+            }
+        }
+        let source = too_many.expect("the sandbox answered 429 at least once in 100 requests");
+        let error = Error::PersistStatus {
+            name: "redis".into(),
+            source,
+        };
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(1)));
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata.uid = Some("uid-429".into());
+        let ctx = context(client);
+        let action = error_policy(Arc::new(h), &error, ctx.clone());
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let text = ctx.metrics.render();
+        assert!(
+            text.contains("habitat_operator_requeue_backoff_seconds_sum 1"),
+            "{text}"
+        );
         sandbox.shutdown().await;
     }
 }

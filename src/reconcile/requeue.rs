@@ -54,6 +54,14 @@ impl Backoffs {
         state.next_backoff().unwrap_or(self.max).min(self.max)
     }
 
+    /// The next delay for `uid`, and at least `server` (what the API server asked for, see
+    /// [`crate::error::retry_after`]) up to the cap: a server that sheds load is not asked again sooner than
+    /// it said, and a huge Retry-After does not park an object beyond the cap.
+    pub fn next_at_least(&self, uid: &str, server: Option<Duration>) -> Duration {
+        let delay = self.next(uid);
+        server.map_or(delay, |s| delay.max(s.min(self.max)))
+    }
+
     /// Forgets `uid`'s failures: the next failure starts from the initial delay.
     pub fn reset(&self, uid: &str) {
         self.states
@@ -66,6 +74,28 @@ impl Backoffs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::retry_after;
+    use crate::error::tests::refused;
+
+    #[test]
+    fn the_requeue_waits_at_least_retry_after_and_at_most_the_cap() {
+        let b = Backoffs::new(Duration::from_millis(100), Duration::from_secs(10));
+        // A first failure backs off ~100 ms; the server asked for 3 s.
+        let d = b.next_at_least("a", retry_after(&refused(429, 3)));
+        assert!(d >= Duration::from_secs(3), "{d:?}");
+        assert!(d <= Duration::from_secs(10), "{d:?}");
+        // Once the backoff has grown past it, the backoff wins.
+        for _ in 0..20 {
+            b.next("b");
+        }
+        let d = b.next_at_least("b", Some(Duration::from_secs(1)));
+        assert!(d > Duration::from_secs(4), "{d:?}");
+        // A Retry-After beyond the cap waits the cap, not longer.
+        let d = b.next_at_least("c", retry_after(&refused(503, 3600)));
+        assert_eq!(d, Duration::from_secs(10));
+        // Without one, the plain backoff.
+        assert!(b.next_at_least("d", None) <= Duration::from_millis(150));
+    }
 
     #[test]
     fn delays_grow_with_jitter_up_to_the_cap_and_reset_on_success() {

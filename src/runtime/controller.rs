@@ -79,9 +79,18 @@ where
 {
     let (store, writer) = reflector::store();
     let stream = watcher(api, config)
-        .backoff(WatchBackoff::default())
         .inspect_err(|e| {
             tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff")
+        })
+        // Like `.backoff(WatchBackoff)`: after an error the watch is not polled for the delay.
+        .scan(WatchRetry::default(), |retry, item| {
+            let delay = retry.delay_after(&item);
+            async move {
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await;
+                }
+                Some(item)
+            }
         })
         .modify(modify)
         .reflect(writer)
@@ -90,25 +99,41 @@ where
             futures::future::ready(Some(after_relist(relisted, event)))
         })
         .flat_map(futures::stream::iter);
+    (store, forward(stream))
+}
+
+/// Runs `stream` (a watch) in a task of its own and hands on the objects it touched.
+fn forward<K: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> Trigger<K> {
     // The watch runs in a task of its own and hands the touched objects over a channel. Polled
     // by the Controller instead, a watch was polled only when the Controller took a new trigger:
     // after a kube-apiserver outage each watch retried once and then not for tens of seconds
     // (`tests/restart.rs`, operator log). In its own task it retries on its backoff and relists
     // within ~5 s of the API server's return, so the caches are current; the Controller
     // deduplicates what piles up in the channel.
+    //
+    // Only objects cross the channel, never the watch's errors (logged above, retried by the
+    // watch on its own backoff). The Controller wraps its trigger streams in a `StreamBackoff`
+    // with kube's default backoff (0.8 s doubling to 30 s, with jitter, reset only after 120 s
+    // without an error): every error it receives stops it from taking *any* trigger for that
+    // long. An outage's dozens of connect errors held it 3, 5, 10, 21, 51 and 36 s in turn after
+    // kube-apiserver was back, and a Habitat created then waited over 90 s (`tests/restart.rs`,
+    // `kube_runtime::utils::stream_backoff` at debug).
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            if tx.send(item).is_err() {
+            let Ok(object) = item else { continue };
+            if tx.send(object).is_err() {
                 return;
             }
         }
     });
     let rx = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+        rx.recv().await.map(|object| (Ok(object), rx))
     });
-    (store, Box::pin(rx))
+    Box::pin(rx)
 }
 
 /// The watches' retry delays: 0.5 s doubling to at most [`WATCH_BACKOFF_CAP`], with jitter.
@@ -147,6 +172,40 @@ impl Iterator for WatchBackoff {
 impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.next = WATCH_BACKOFF_START;
+    }
+}
+
+/// When a watch tries again after an error: on [`WatchBackoff`], except that a watch whose
+/// resourceVersion expired (410 Gone, which makes kube's watcher relist) relists at once, as
+/// client-go's reflector does. After a kube-apiserver restart every watch met a 403 (the new
+/// server's authorizer not yet loaded) and then a 410; waiting out the backoff again before the
+/// relist made a Habitat created then wait 8 s instead of 3 (`tests/restart.rs`). A 410 right
+/// after a 410 waits, so that a server answering nothing else is not relisted in a loop.
+#[derive(Default)]
+struct WatchRetry {
+    backoff: WatchBackoff,
+    expired: bool,
+}
+
+impl WatchRetry {
+    /// The delay before the watch is polled again after `item`, `None` for none.
+    fn delay_after<K>(
+        &mut self,
+        item: &Result<watcher::Event<K>, watcher::Error>,
+    ) -> Option<Duration> {
+        use kube::runtime::utils::Backoff;
+        match item {
+            Ok(_) => {
+                self.backoff.reset();
+                self.expired = false;
+                None
+            }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 && !self.expired => {
+                self.expired = true;
+                None
+            }
+            Err(_) => self.backoff.next(),
+        }
     }
 }
 
@@ -376,4 +435,91 @@ fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<
     refs.sort_by(|a, b| a.name.cmp(&b.name));
     refs.dedup();
     refs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::controller::Action;
+
+    #[test]
+    fn an_expired_watch_relists_at_once_unless_it_expired_just_before() {
+        let gone = || {
+            let status = kube::core::Status {
+                code: 410,
+                ..Default::default()
+            };
+            Err::<watcher::Event<ConfigMap>, _>(watcher::Error::WatchError(Box::new(status)))
+        };
+        let refused = || Err::<watcher::Event<ConfigMap>, _>(watcher::Error::NoResourceVersion);
+        let mut retry = WatchRetry::default();
+        // The API server was down, came back, and the watch's resourceVersion is gone.
+        let first = retry.delay_after(&refused());
+        assert!(first.is_some_and(|d| d <= WATCH_BACKOFF_START), "{first:?}");
+        for _ in 0..6 {
+            assert!(retry.delay_after(&refused()).is_some());
+        }
+        assert_eq!(
+            retry.delay_after(&gone()),
+            None,
+            "a first 410 relists at once"
+        );
+        // The relist answered 410 again: back off, at the cap reached before.
+        let again = retry.delay_after(&gone());
+        assert!(
+            again.is_some_and(|d| d > WATCH_BACKOFF_CAP / 2 && d <= WATCH_BACKOFF_CAP),
+            "{again:?}"
+        );
+        assert!(retry.delay_after(&gone()).is_some());
+        // An event resets both the backoff and the 410 allowance.
+        assert_eq!(
+            retry.delay_after(&Ok(watcher::Event::<ConfigMap>::InitDone)),
+            None
+        );
+        assert_eq!(retry.delay_after(&gone()), None);
+        let after = retry.delay_after(&refused());
+        assert!(after.is_some_and(|d| d <= WATCH_BACKOFF_START), "{after:?}");
+    }
+
+    fn config_map(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm
+    }
+
+    #[tokio::test]
+    async fn watch_errors_do_not_hold_the_controller_back() {
+        // A watch that failed a few times (an API outage) and then saw an object: the object is
+        // reconciled at once. When the errors reached the Controller, its trigger backoff
+        // (0.8 s doubling per error) held the object back for about 25 s.
+        let (store, mut writer) = reflector::store();
+        let cm = config_map("after-the-outage");
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(cm.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+        }
+        let errors = (0..5).map(|_| Err(watcher::Error::NoResourceVersion));
+        let stream =
+            futures::stream::iter(errors.chain([Ok(cm)])).chain(futures::stream::pending());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let controller = Controller::for_stream(forward(stream), store).run(
+            |cm: Arc<ConfigMap>, tx: Arc<tokio::sync::mpsc::UnboundedSender<String>>| async move {
+                let _ = tx.send(cm.name_any());
+                Ok::<_, kube::Error>(Action::await_change())
+            },
+            |_, _, _| Action::await_change(),
+            Arc::new(tx),
+        );
+        tokio::spawn(controller.for_each(|_| async {}));
+        let reconciled = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await;
+        assert_eq!(
+            reconciled.ok().flatten().as_deref(),
+            Some("after-the-outage"),
+            "the object was not reconciled within 3 s of its watch event"
+        );
+    }
 }

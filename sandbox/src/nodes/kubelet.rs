@@ -27,6 +27,8 @@ pub struct IpPool {
     octet: u8,
     next: u32,
     used: HashMap<String, Ipv4Addr>,
+    /// The IPs in `used`, to find a free one without collecting them each time.
+    taken: HashSet<Ipv4Addr>,
     // Held for the pool's lifetime: the claim on `127.<octet>.0.0/16` (see `claim_octet`).
     _claim: Option<std::net::TcpListener>,
 }
@@ -53,6 +55,7 @@ impl IpPool {
             octet,
             next: 2,
             used: HashMap::new(),
+            taken: HashSet::new(),
             _claim: claim,
         }
     }
@@ -67,7 +70,6 @@ impl IpPool {
         if let Some(ip) = self.used.get(uid) {
             return *ip;
         }
-        let taken: HashSet<Ipv4Addr> = self.used.values().copied().collect();
         loop {
             let n = self.next;
             self.next = if self.next >= 65_000 {
@@ -77,8 +79,9 @@ impl IpPool {
             };
             let (x, y) = ((n / 250) as u8, (n % 250) as u8 + 2);
             let ip = Ipv4Addr::new(127, self.octet, x, y);
-            if !taken.contains(&ip) && ip != self.host_ip() {
+            if !self.taken.contains(&ip) && ip != self.host_ip() {
                 self.used.insert(uid.to_string(), ip);
+                self.taken.insert(ip);
                 return ip;
             }
         }
@@ -86,7 +89,14 @@ impl IpPool {
 
     /// Release the IP of every pod not in `live`.
     pub fn retain(&mut self, live: &HashSet<String>) {
-        self.used.retain(|uid, _| live.contains(uid));
+        let taken = &mut self.taken;
+        self.used.retain(|uid, ip| {
+            let keep = live.contains(uid);
+            if !keep {
+                taken.remove(ip);
+            }
+            keep
+        });
     }
 }
 

@@ -89,6 +89,42 @@ pub async fn refuse_real_nodes(client: &Client) -> Result<(), NodesError> {
     }
 }
 
+/// The longest wait of the nodes' watches between two attempts.
+pub const WATCH_BACKOFF_CAP: Duration = Duration::from_secs(2);
+const WATCH_BACKOFF_START: Duration = Duration::from_millis(100);
+
+/// The nodes' watch retry delays: 100 ms doubling to [`WATCH_BACKOFF_CAP`], less up to a quarter
+/// of jitter, reset by any event. kube's `default_backoff` grows to 30 s and is reset only after
+/// 120 s without an error: after a kube-apiserver outage (`tests/restart.rs`) the nodes came
+/// back up to 30 s after the API server, and pods made meanwhile waited that long to run. They
+/// are two watches of a test's simulation; a retry every 2 s is no load.
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: WATCH_BACKOFF_START,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (delay * 2).min(WATCH_BACKOFF_CAP);
+        Some(delay.mul_f64(1.0 - rand::random::<f64>() * 0.25))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_START;
+    }
+}
+
 /// A reflector over `api` whose every change bumps `version` and wakes `notify`.
 fn reflect<K>(
     api: Api<K>,
@@ -106,7 +142,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .reflect(writer);
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -206,5 +242,22 @@ impl Nodes {
         if let Some(h) = self.hub {
             h.shutdown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn watch_retries_stay_short_and_reset() {
+        let mut b = WatchBackoff::default();
+        let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
+        assert!(delays[0] <= WATCH_BACKOFF_START, "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= WATCH_BACKOFF_CAP), "{delays:?}");
+        assert!(delays[19] >= WATCH_BACKOFF_CAP * 3 / 4, "{delays:?}");
+        b.reset();
+        assert!(b.next().is_some_and(|d| d <= WATCH_BACKOFF_START));
     }
 }

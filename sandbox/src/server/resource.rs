@@ -264,9 +264,9 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             let (labels, fields) = selectors(&r, None)?;
             let mut inner = store.lock();
             let targets: Vec<Value> = inner
-                .list(&rt, ns)
+                .select(&rt, ns, &labels, &fields)
                 .into_iter()
-                .filter(|o| labels.matches(o) && fields.matches(o))
+                .map(std::borrow::Cow::into_owned)
                 .collect();
             let mut items = Vec::new();
             for o in targets {
@@ -341,21 +341,41 @@ fn bind(
 fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(r, None)?;
     let inner = app.store.lock();
-    let items: Vec<Value> = inner
-        .list(rt, ns)
-        .into_iter()
-        .filter(|o| labels.matches(o) && fields.matches(o))
-        .collect();
+    let items = inner.select(rt, ns, &labels, &fields);
     if r.wants_table() {
         let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
+        let items: Vec<Value> = items
+            .into_iter()
+            .map(std::borrow::Cow::into_owned)
+            .collect();
         return Ok(json_response(
             200,
             &table::build(&inner, rt, &items, inner.rv, inc),
         ));
     }
-    Ok(json_response(
-        200,
-        &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(),
-            "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}),
-    ))
+    Ok(list_response(rt, inner.rv, &items))
+}
+
+/// The JSON of a list, written from the (borrowed) items without building a copy of them.
+/// The keys are in the order serde_json writes an object's.
+fn list_response(rt: &ResourceType, rv: u64, items: &[std::borrow::Cow<'_, Value>]) -> Response {
+    let text = |s: &str| Value::String(s.into()).to_string();
+    let mut body = format!("{{\"apiVersion\":{},\"items\":[", text(&rt.api_version()));
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&item.to_string());
+    }
+    body.push_str(&format!(
+        "],\"kind\":{},\"metadata\":{{\"resourceVersion\":{}}}}}",
+        text(&rt.list_kind()),
+        text(&rv.to_string())
+    ));
+    (
+        axum::http::StatusCode::OK,
+        [("content-type", "application/json")],
+        body,
+    )
+        .into_response()
 }

@@ -38,9 +38,14 @@ pub struct WatchParams {
     pub table: Option<Include>,
 }
 
+/// One watch event line, `{"object":...,"type":"KIND"}` (the keys in the order serde_json
+/// writes an object's), without copying the object.
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut s = json!({"type": kind, "object": object}).to_string();
-    s.push('\n');
+    let mut s = String::from("{\"object\":");
+    s.push_str(&object.to_string());
+    s.push_str(",\"type\":");
+    s.push_str(&Value::String(kind.into()).to_string());
+    s.push_str("}\n");
     Bytes::from(s)
 }
 
@@ -99,14 +104,29 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// True when the watch has no selector: every object of its namespace matches.
+    fn unfiltered(&self) -> bool {
+        self.p.labels.0.is_empty() && self.p.fields.0.is_empty()
+    }
+
     fn matches(&self, o: &Value) -> bool {
         self.p.labels.matches(o) && self.p.fields.matches(o)
     }
 
-    fn render(&self, inner: &crate::store::Inner, o: &Value) -> Value {
+    /// The one object name the field selector allows, if it names one.
+    fn named(&self) -> Option<&str> {
+        self.p
+            .fields
+            .0
+            .iter()
+            .find(|(path, eq, _)| *eq && path == "metadata.name")
+            .map(|(_, _, name)| name.as_str())
+    }
+
+    fn render(&self, inner: &crate::store::Inner, o: Value) -> Value {
         match self.p.table {
-            Some(inc) => table::build(inner, &self.rt, std::slice::from_ref(o), inner.rv, inc),
-            None => o.clone(),
+            Some(inc) => table::build(inner, &self.rt, std::slice::from_ref(&o), inner.rv, inc),
+            None => o,
         }
     }
 
@@ -130,10 +150,12 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
         let inner = store.lock();
         if w.p.send_initial || rv_param.is_empty() || rv_param == "0" {
             let items: Vec<Bytes> = inner
-                .list(&w.rt, w.p.namespace.as_deref())
+                .select(&w.rt, w.p.namespace.as_deref(), &w.p.labels, &w.p.fields)
                 .into_iter()
-                .filter(|o| w.matches(o))
-                .map(|o| line("ADDED", &w.render(&inner, &o)))
+                .map(|o| match w.p.table {
+                    Some(_) => line("ADDED", &w.render(&inner, o.into_owned())),
+                    None => line("ADDED", &o),
+                })
                 .collect();
             (inner.rv, Ok(items))
         } else {
@@ -185,9 +207,16 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                         {
                             continue;
                         }
+                        if w.named().is_some_and(|n| n != c.key.name) {
+                            continue;
+                        }
                         let new = inner.view(&w.rt, &c.object);
-                        let now_m = w.matches(&new);
-                        let was_m = c.old.as_ref().map(|o| w.matches(&inner.view(&w.rt, o)));
+                        let all = w.unfiltered();
+                        let now_m = all || w.matches(&new);
+                        let was_m = c
+                            .old
+                            .as_ref()
+                            .map(|o| all || w.matches(&inner.view(&w.rt, o)));
                         let kind = match (c.kind, was_m, now_m) {
                             (ChangeKind::Added, _, true) => "ADDED",
                             (ChangeKind::Deleted, _, true) => "DELETED",
@@ -196,7 +225,7 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                             (ChangeKind::Modified, Some(true), false) => "DELETED",
                             _ => continue,
                         };
-                        out.push(line(kind, &w.render(&inner, &new)));
+                        out.push(line(kind, &w.render(&inner, new)));
                     }
                     pos = inner.rv;
                     Ok(out)

@@ -4,9 +4,9 @@
 use crate::meta;
 use crate::nodes::kubelet::is_ready;
 use crate::registry::{ResourceType, StorageKey};
-use crate::store::{DeleteOptions, Inner, Store};
+use crate::store::{DeleteOptions, Inner, ObjKey, Store};
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Canonical (sorted-key) JSON text, for stable hashing.
@@ -52,60 +52,62 @@ pub fn revision_name(sts: &str, template: &Value) -> String {
     format!("{sts}-{:010x}", h & 0xff_ffff_ffff)
 }
 
-/// The StatefulSet controller. It remembers what each StatefulSet and its pods looked like
-/// when it last synced them, and syncs only those that changed since: a pass over an idle
-/// fleet costs a scan of resourceVersions, not a copy of every object.
+/// The StatefulSet controller. It follows the store's change history: a pass syncs only the
+/// StatefulSets that changed, or whose pods changed, since the last pass (and those whose last
+/// sync failed), so it costs what changed, not a scan of every pod and StatefulSet. When the
+/// history no longer reaches back to its last pass (or on the first), it syncs them all.
 #[derive(Debug, Default)]
 pub struct Controller {
-    seen: HashMap<String, String>,
+    /// The resourceVersion the last pass saw; None before the first.
+    seen: Option<u64>,
+    /// StatefulSets to sync again on the next pass (their sync failed).
+    retry: BTreeSet<ObjKey>,
 }
 
 impl Controller {
     /// One controller pass over every StatefulSet that changed.
     pub fn step(&mut self, store: &Arc<Store>) {
         let mut inner = store.lock();
-        let rv = |o: &Value| {
-            o["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        };
-        let mut owned: HashMap<String, Vec<(String, String)>> = HashMap::new();
-        for (_, p) in inner.raw_list(&StorageKey::new("", "pods"), None) {
-            for uid in meta::owner_uids(p) {
-                owned
-                    .entry(uid.to_string())
-                    .or_default()
-                    .push((meta::name(p).to_string(), rv(p)));
+        let sts_storage = StorageKey::new("apps", "statefulsets");
+        let pod_storage = StorageKey::new("", "pods");
+        let mut due = std::mem::take(&mut self.retry);
+        match self.seen.map(|rv| inner.changes_after(rv)) {
+            Some(Ok(changes)) => {
+                for c in changes {
+                    if c.key.storage == sts_storage {
+                        due.insert(c.key.clone());
+                    } else if c.key.storage == pod_storage {
+                        for owner in meta::owner_uids(&c.object) {
+                            if let Some(k) = inner.key_of_uid(owner) {
+                                if k.storage == sts_storage {
+                                    due.insert(k.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            None | Some(Err(_)) => {
+                due.extend(inner.raw_list(&sts_storage, None).map(|(k, _)| k.clone()));
             }
         }
-        let mut due: Vec<Value> = Vec::new();
-        let mut live = std::collections::HashSet::new();
-        for (_, sts) in inner.raw_list(&StorageKey::new("apps", "statefulsets"), None) {
-            let uid = meta::uid_of(sts).to_string();
-            let mut pods = owned.get(&uid).cloned().unwrap_or_default();
-            pods.sort();
-            let signature = format!("{}|{pods:?}", rv(sts));
-            live.insert(uid.clone());
-            if self.seen.get(&uid) != Some(&signature) {
-                self.seen.insert(uid, signature);
-                due.push(sts.clone());
-            }
-        }
-        self.seen.retain(|uid, _| live.contains(uid));
-        for sts in due {
+        self.seen = Some(inner.rv);
+        for key in due {
+            let Some(sts) = inner.raw(&key).cloned() else {
+                continue;
+            };
             if meta::is_deleting(&sts) {
                 continue;
             }
             let uid = meta::uid_of(&sts);
             let pods: Vec<Value> = inner
-                .raw_list(&StorageKey::new("", "pods"), Some(meta::namespace(&sts)))
-                .filter(|(_, p)| meta::owner_uids(p).contains(&uid))
-                .map(|(_, p)| p.clone())
+                .dependents(uid)
+                .filter(|k| k.storage == pod_storage && k.namespace == key.namespace)
+                .filter_map(|k| inner.raw(k).cloned())
                 .collect();
             if let Err(e) = sync(&mut inner, &sts, &pods) {
                 // Retried on the next pass, changed or not.
-                self.seen.remove(uid);
+                self.retry.insert(key.clone());
                 tracing::debug!(
                     "statefulset {}/{}: {e}",
                     meta::namespace(&sts),

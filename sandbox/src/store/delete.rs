@@ -123,7 +123,7 @@ impl Inner {
             return Ok(());
         }
         if meta::has_finalizers(&obj) || pod_grace || is_ns {
-            let mut new = obj.clone();
+            let mut new = (*obj).clone();
             let md = meta::meta_mut(&mut new);
             md.insert("deletionTimestamp".into(), json!(meta::now()));
             let grace = if pod_grace {
@@ -137,7 +137,7 @@ impl Inner {
             }
             let rv = self.next_rv();
             meta::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-            self.record(ChangeKind::Modified, key.clone(), new, Some(obj));
+            self.record(ChangeKind::Modified, key.clone(), new);
             if is_ns {
                 self.delete_namespace_contents(&key.name);
             }
@@ -152,10 +152,10 @@ impl Inner {
         let Some(obj) = self.objects.get(key).cloned() else {
             return;
         };
-        let mut gone = obj;
+        let mut gone = (*obj).clone();
         let rv = self.next_rv();
         meta::meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
-        self.record(ChangeKind::Deleted, key.clone(), gone.clone(), None);
+        self.record(ChangeKind::Deleted, key.clone(), gone.clone());
         if key.storage == crd_storage() {
             self.remove_crd(&gone);
         }
@@ -186,24 +186,15 @@ impl Inner {
         if uid.is_empty() {
             return vec![];
         }
-        self.objects
-            .iter()
-            .filter(|(_, o)| meta::owner_uids(o).contains(&uid))
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.dependents(uid).cloned().collect()
     }
 
     fn collect_dependents(&mut self, uid: &str) {
-        let live: std::collections::HashSet<String> = self
-            .objects
-            .values()
-            .map(|o| meta::uid_of(o).to_string())
-            .collect();
         for k in self.dependents_of(uid) {
             let other_owner_alive = self.objects.get(&k).is_some_and(|o| {
                 meta::owner_uids(o)
                     .iter()
-                    .any(|u| *u != uid && live.contains(*u))
+                    .any(|u| *u != uid && self.uids.contains_key(*u))
             });
             if other_owner_alive {
                 continue;
@@ -216,16 +207,16 @@ impl Inner {
 
     fn orphan_dependents(&mut self, uid: &str) {
         for k in self.dependents_of(uid) {
-            let Some(old) = self.objects.get(&k).cloned() else {
+            let Some(old) = self.objects.get(&k) else {
                 continue;
             };
-            let mut new = old.clone();
+            let mut new = (**old).clone();
             if let Some(refs) = new["metadata"]["ownerReferences"].as_array_mut() {
                 refs.retain(|r| r["uid"].as_str() != Some(uid));
             }
             let rv = self.next_rv();
             meta::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-            self.record(ChangeKind::Modified, k, new, Some(old));
+            self.record(ChangeKind::Modified, k, new);
         }
     }
 
@@ -244,37 +235,35 @@ impl Inner {
     }
 
     /// Periodic housekeeping: finish terminating namespaces that are empty, and collect
-    /// objects whose owners no longer exist.
+    /// objects whose owners no longer exist. It looks only at terminating namespaces and at the
+    /// objects that lost (or never had) an owner, not at every object.
     pub fn sweep(&mut self) {
         let ns_storage = StorageKey::new("", "namespaces");
         let done: Vec<ObjKey> = self
             .raw_list(&ns_storage, None)
             .filter(|(_, o)| meta::is_deleting(o) && !meta::has_finalizers(o))
-            .filter(|(k, _)| !self.objects.keys().any(|o| o.namespace == k.name))
+            .filter(|(k, _)| self.namespace_len(&k.name) == 0)
             .map(|(k, _)| k.clone())
             .collect();
         for k in done {
             self.remove(&k, Propagation::Background);
         }
-        let uids: std::collections::HashSet<String> = self
-            .objects
-            .values()
-            .map(|o| meta::uid_of(o).to_string())
-            .collect();
-        let orphans: Vec<ObjKey> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| {
-                let owners = meta::owner_uids(o);
-                !owners.is_empty()
-                    && owners.iter().all(|u| !uids.contains(*u))
-                    && !meta::is_deleting(o)
+        let candidates = std::mem::take(&mut self.orphan_candidates);
+        let orphans: Vec<ObjKey> = candidates
+            .into_iter()
+            .filter(|k| {
+                self.objects.get(k).is_some_and(|o| {
+                    let owners = meta::owner_uids(o);
+                    !owners.is_empty()
+                        && owners.iter().all(|u| !self.uids.contains_key(*u))
+                        && !meta::is_deleting(o)
+                })
             })
-            .map(|(k, _)| k.clone())
             .collect();
         for k in orphans {
             if let Err(e) = self.delete_key(&k, &DeleteOptions::default()) {
                 tracing::warn!("orphan sweep of {}/{}: {e}", k.namespace, k.name);
+                self.orphan_candidates.insert(k);
             }
         }
     }

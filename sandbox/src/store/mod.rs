@@ -1,5 +1,13 @@
 //! The in-memory object store: objects, the global resourceVersion, and the change history
 //! that watches replay.
+//!
+//! Objects are kept in key order (storage, namespace, name), so a list of one resource (in one
+//! namespace) is a range of the map, not a scan of every object. Secondary indexes, kept by
+//! [`Inner::record`] (the only place objects are stored or removed), answer what would otherwise
+//! be scans: objects by uid, dependents by owner uid, object counts per namespace, and the
+//! objects that may have lost all their owners (the garbage collector's work list). A stored
+//! object is shared (`Arc`) between the map and the change history, so a version costs its
+//! memory once.
 
 mod delete;
 mod hooks;
@@ -11,11 +19,14 @@ pub use delete::{DeleteOptions, Propagation};
 
 use crate::error::ApiError;
 use crate::events;
+use crate::meta;
 use crate::registry::{Registry, ResourceType, StorageKey};
+use crate::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 /// How many changes the watch history keeps.
@@ -64,9 +75,9 @@ pub struct Change {
     /// The object.
     pub key: ObjKey,
     /// The object after the change (before it, for deletions).
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The object before a modification.
-    pub old: Option<Value>,
+    pub old: Option<Arc<Value>>,
 }
 
 /// The store's state, accessed under the lock.
@@ -76,12 +87,22 @@ pub struct Inner {
     pub rv: u64,
     /// Served resource types.
     pub registry: Registry,
-    objects: BTreeMap<ObjKey, Value>,
+    objects: BTreeMap<ObjKey, Arc<Value>>,
     history: VecDeque<Change>,
     trimmed: u64,
-    applied: HashMap<(ObjKey, String, bool), Value>,
+    /// The last apply of each (field manager, status subresource) per object.
+    applied: HashMap<ObjKey, HashMap<(String, bool), Value>>,
     /// Whether writes are validated like a client's (off for a scheduler's binding).
     checked: bool,
+    /// The key of each stored object by uid.
+    uids: HashMap<String, ObjKey>,
+    /// The objects naming each uid in their ownerReferences.
+    dependents: HashMap<String, BTreeSet<ObjKey>>,
+    /// How many objects each namespace holds.
+    per_namespace: HashMap<String, usize>,
+    /// Objects that named an owner that did not exist (when written, or since the owner went):
+    /// what the garbage collector's sweep looks at.
+    orphan_candidates: BTreeSet<ObjKey>,
 }
 
 /// The shared store; lock it to read or write.
@@ -130,6 +151,10 @@ impl Default for Store {
             trimmed: 0,
             applied: HashMap::new(),
             checked: true,
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
+            per_namespace: HashMap::new(),
+            orphan_candidates: BTreeSet::new(),
         };
         let ns = inner
             .registry
@@ -203,6 +228,19 @@ impl Inner {
         v
     }
 
+    /// The object as served by `rt`, borrowed when that is how it is stored (the usual case:
+    /// a list then costs no copy of its objects).
+    pub fn view_ref<'a>(&self, rt: &ResourceType, stored: &'a Value) -> Cow<'a, Value> {
+        let converted = rt.is_event() && rt.group == "events.k8s.io";
+        if !converted
+            && stored["kind"].as_str() == Some(rt.kind.as_str())
+            && stored["apiVersion"].as_str() == Some(rt.api_version().as_str())
+        {
+            return Cow::Borrowed(stored);
+        }
+        Cow::Owned(self.view(rt, stored))
+    }
+
     /// The stored form of an object written through `rt`.
     fn unview(&self, rt: &ResourceType, obj: Value) -> Value {
         if rt.is_event() && rt.group == "events.k8s.io" {
@@ -234,7 +272,22 @@ impl Inner {
 
     /// The stored object for a key.
     pub fn raw(&self, key: &ObjKey) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(|o| &**o)
+    }
+
+    /// The key of the stored object with this uid.
+    pub fn key_of_uid(&self, uid: &str) -> Option<&ObjKey> {
+        self.uids.get(uid)
+    }
+
+    /// The keys of the objects that name `uid` in their ownerReferences, in key order.
+    pub fn dependents(&self, uid: &str) -> impl Iterator<Item = &ObjKey> {
+        self.dependents.get(uid).into_iter().flatten()
+    }
+
+    /// How many objects the namespace holds.
+    pub fn namespace_len(&self, ns: &str) -> usize {
+        self.per_namespace.get(ns).copied().unwrap_or(0)
     }
 
     /// Stored objects of a storage key, optionally in one namespace.
@@ -243,9 +296,15 @@ impl Inner {
         storage: &'a StorageKey,
         ns: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        let from = ObjKey {
+            storage: storage.clone(),
+            namespace: ns.unwrap_or_default().to_string(),
+            name: String::new(),
+        };
         self.objects
-            .iter()
-            .filter(move |(k, _)| k.storage == *storage && ns.is_none_or(|n| k.namespace == n))
+            .range(from..)
+            .take_while(move |(k, _)| k.storage == *storage && ns.is_none_or(|n| k.namespace == n))
+            .map(|(k, o)| (k, &**o))
     }
 
     /// List objects, as served by `rt`.
@@ -255,9 +314,58 @@ impl Inner {
             .collect()
     }
 
+    /// The objects of `rt` (in one namespace) that match both selectors, as served by `rt`, in
+    /// key order. Only the objects of that resource (and namespace) are looked at, and only the
+    /// named one when the field selector names one (`metadata.name=`, as a watch of one object
+    /// sends); labels are matched before an object is copied.
+    pub fn select<'s>(
+        &'s self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Vec<Cow<'s, Value>> {
+        let named = fields
+            .0
+            .iter()
+            .find(|(path, eq, _)| *eq && path == "metadata.name")
+            .map(|(_, _, name)| name.as_str());
+        let keep = |o: &'s Value| -> Option<Cow<'s, Value>> {
+            // The view only sets apiVersion and kind (labels stay), except for events.k8s.io.
+            let converted = rt.is_event() && rt.group == "events.k8s.io";
+            if !converted && !labels.matches(o) {
+                return None;
+            }
+            let v = self.view_ref(rt, o);
+            (labels.matches(&v) && fields.matches(&v)).then_some(v)
+        };
+        match (named, ns.is_some() || !rt.namespaced) {
+            (Some(name), true) => self
+                .objects
+                .get(&Self::key(rt, ns, name))
+                .and_then(|o| keep(o))
+                .into_iter()
+                .collect(),
+            _ => {
+                let from = ObjKey {
+                    storage: rt.storage.clone(),
+                    namespace: ns.unwrap_or_default().to_string(),
+                    name: String::new(),
+                };
+                self.objects
+                    .range(from..)
+                    .take_while(|(k, _)| {
+                        k.storage == rt.storage && ns.is_none_or(|n| k.namespace == n)
+                    })
+                    .filter_map(|(_, o)| keep(o))
+                    .collect()
+            }
+        }
+    }
+
     /// Every stored object (for garbage collection sweeps).
     pub fn all_objects(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
-        self.objects.iter()
+        self.objects.iter().map(|(k, o)| (k, &**o))
     }
 
     /// The changes after `rv` for a storage key, or 410 Expired if the history no longer has them.
@@ -274,17 +382,38 @@ impl Inner {
             .collect())
     }
 
-    /// Record a change and store (or remove) the object.
-    fn record(&mut self, kind: ChangeKind, key: ObjKey, object: Value, old: Option<Value>) {
-        match kind {
+    /// Every change after `rv`, of every storage key, or 410 Expired if the history no longer
+    /// has them.
+    pub fn changes_after(&self, rv: u64) -> Result<impl Iterator<Item = &Change>, ApiError> {
+        if rv < self.trimmed {
+            return Err(ApiError::expired(&rv.to_string()));
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Ok(self.history.range(start..))
+    }
+
+    /// Record a change and store (or remove) the object. The old object of a modification is
+    /// the one stored until now.
+    fn record(&mut self, kind: ChangeKind, key: ObjKey, object: Value) {
+        let object = Arc::new(object);
+        let old = match kind {
             ChangeKind::Deleted => {
-                self.objects.remove(&key);
-                self.applied.retain(|(k, _, _), _| *k != key);
+                if let Some(prev) = self.objects.remove(&key) {
+                    self.unindex(&key, &prev);
+                    self.queue_dependents(meta::uid_of(&prev));
+                }
+                self.applied.remove(&key);
+                None
             }
             _ => {
-                self.objects.insert(key.clone(), object.clone());
+                let prev = self.objects.insert(key.clone(), object.clone());
+                if let Some(prev) = &prev {
+                    self.unindex(&key, prev);
+                }
+                self.index(&key, &object);
+                prev.filter(|_| kind == ChangeKind::Modified)
             }
-        }
+        };
         self.history.push_back(Change {
             rv: self.rv,
             kind,
@@ -299,9 +428,57 @@ impl Inner {
         }
     }
 
+    fn index(&mut self, key: &ObjKey, obj: &Value) {
+        let uid = meta::uid_of(obj);
+        if !uid.is_empty() {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        let owners = meta::owner_uids(obj);
+        for owner in &owners {
+            self.dependents
+                .entry((*owner).to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+        if owners.iter().any(|o| !self.uids.contains_key(*o)) {
+            self.orphan_candidates.insert(key.clone());
+        }
+        *self.per_namespace.entry(key.namespace.clone()).or_default() += 1;
+    }
+
+    fn unindex(&mut self, key: &ObjKey, obj: &Value) {
+        let uid = meta::uid_of(obj);
+        if self.uids.get(uid) == Some(key) {
+            self.uids.remove(uid);
+        }
+        for owner in meta::owner_uids(obj) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+        if let Some(n) = self.per_namespace.get_mut(&key.namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_namespace.remove(&key.namespace);
+            }
+        }
+    }
+
+    /// The dependents of a removed object become the sweep's to check.
+    fn queue_dependents(&mut self, uid: &str) {
+        let keys: Vec<ObjKey> = self.dependents(uid).cloned().collect();
+        self.orphan_candidates.extend(keys);
+    }
+
     /// Advance and return the global resourceVersion.
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
     }
 }
+
+#[cfg(test)]
+mod tests;

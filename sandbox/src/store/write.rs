@@ -127,7 +127,7 @@ impl Inner {
         let rv = self.next_rv();
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         self.after_write(rt, &obj);
-        self.record(ChangeKind::Added, key, obj.clone(), None);
+        self.record(ChangeKind::Added, key, obj.clone());
         Ok(self.view(rt, &obj))
     }
 
@@ -227,7 +227,7 @@ impl Inner {
                     "the name in the body does not match the URL",
                 ));
             }
-            let akey = (key.clone(), manager.to_string(), status);
+            let akey = (manager.to_string(), status);
             let Some(old) = old else {
                 if status {
                     return Err(ApiError::not_found(&rt.group, &rt.plural, name));
@@ -235,16 +235,16 @@ impl Inner {
                 let mut obj = applied.clone();
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
                 let created = self.create(rt, ns, obj)?;
-                self.applied.insert(akey, applied);
+                self.applied.entry(key).or_default().insert(akey, applied);
                 return Ok(created);
             };
             let live = self.view(rt, &old);
             self.check_rv(rt, &live, &applied)?;
-            let prev = self.applied.get(&akey).cloned();
+            let prev = self.applied.get(&key).and_then(|a| a.get(&akey)).cloned();
             let merged = patch::server_side_apply(&live, &applied, prev.as_ref());
-            let result = self.commit(rt, key, &old, merged, status);
-            if result.is_ok() {
-                self.applied.insert(akey, applied);
+            let result = self.commit(rt, key.clone(), &old, merged, status);
+            if result.is_ok() && self.objects.contains_key(&key) {
+                self.applied.entry(key).or_default().insert(akey, applied);
             }
             return result;
         }
@@ -328,12 +328,7 @@ impl Inner {
         let rv = self.next_rv();
         meta::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
         self.after_write(rt, &new);
-        self.record(
-            ChangeKind::Modified,
-            key.clone(),
-            new.clone(),
-            Some(old.clone()),
-        );
+        self.record(ChangeKind::Modified, key.clone(), new.clone());
         if meta::is_deleting(&new)
             && !meta::has_finalizers(&new)
             && !self.awaits_kubelet(&key, &new)

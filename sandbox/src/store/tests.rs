@@ -1,0 +1,204 @@
+//! Store indexes and the semantics they must not change.
+
+use super::*;
+use crate::patch::PatchType;
+use serde_json::json;
+
+fn configmaps(inner: &Inner) -> ResourceType {
+    inner
+        .resource("", "v1", "configmaps")
+        .expect("configmaps are served")
+}
+
+fn cm(name: &str, owners: &[&str]) -> Value {
+    let refs: Vec<Value> = owners
+        .iter()
+        .map(|u| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": u}))
+        .collect();
+    json!({"metadata": {"name": name, "ownerReferences": refs}})
+}
+
+fn apply(inner: &mut Inner, rt: &ResourceType, body: Value) -> Result<Value, ApiError> {
+    let name = meta::name(&body).to_string();
+    inner.patch(
+        rt,
+        Some("default"),
+        &name,
+        PatchType::Apply,
+        &body,
+        false,
+        Some("m"),
+    )
+}
+
+#[test]
+fn a_field_manager_owns_nothing_of_a_recreated_object() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let first = json!({"metadata": {"name": "c", "finalizers": ["x/y"]}});
+    apply(&mut inner, &rt, first).expect("apply");
+    inner
+        .delete(&rt, Some("default"), "c", &DeleteOptions::default())
+        .expect("delete");
+    // The manager's last apply drops the finalizer (so the object goes) and sets a label.
+    let last = json!({"metadata": {"name": "c", "labels": {"x": "1"}}});
+    apply(&mut inner, &rt, last).expect("apply");
+    assert!(inner.get(&rt, Some("default"), "c").is_err(), "deleted");
+    // Created again by another client, then applied by the same manager without the label:
+    // the manager never applied that label to this object, so it stays.
+    let created = json!({"metadata": {"name": "c", "labels": {"x": "1"}}});
+    inner.create(&rt, Some("default"), created).expect("create");
+    let applied = json!({"metadata": {"name": "c", "labels": {"y": "1"}}});
+    let obj = apply(&mut inner, &rt, applied).expect("apply");
+    assert_eq!(
+        obj["metadata"]["labels"],
+        json!({"x": "1", "y": "1"}),
+        "{obj}"
+    );
+}
+
+#[test]
+fn lists_are_per_resource_and_namespace_in_name_order() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let ns = inner.resource("", "v1", "namespaces").expect("served");
+    inner
+        .create(&ns, None, json!({"metadata": {"name": "b"}}))
+        .expect("namespace");
+    for (n, name) in [("default", "z"), ("b", "a"), ("default", "m"), ("b", "q")] {
+        inner.create(&rt, Some(n), cm(name, &[])).expect("create");
+    }
+    fn names<V: std::borrow::Borrow<Value>>(v: Vec<V>) -> Vec<String> {
+        v.iter()
+            .map(|o| {
+                let o: &Value = o.borrow();
+                format!("{}/{}", meta::namespace(o), meta::name(o))
+            })
+            .collect()
+    }
+    assert_eq!(
+        names(inner.list(&rt, None)),
+        ["b/a", "b/q", "default/m", "default/z"]
+    );
+    assert_eq!(
+        names(inner.list(&rt, Some("default"))),
+        ["default/m", "default/z"]
+    );
+    assert_eq!(names(inner.list(&rt, Some("de"))), Vec::<String>::new());
+    let fields = FieldSelector::parse("metadata.name=q").expect("parse");
+    let all = LabelSelector::default();
+    assert_eq!(names(inner.select(&rt, Some("b"), &all, &fields)), ["b/q"]);
+    assert_eq!(names(inner.select(&rt, None, &all, &fields)), ["b/q"]);
+    assert!(inner.select(&rt, Some("default"), &all, &fields).is_empty());
+    assert_eq!(inner.namespace_len("b"), 2);
+    // The namespaces themselves are cluster-scoped.
+    assert_eq!(inner.list(&ns, None).len(), 5);
+}
+
+#[test]
+fn indexes_follow_updates_and_deletions() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let owner = inner
+        .create(&rt, Some("default"), cm("owner", &[]))
+        .expect("owner");
+    let uid = meta::uid_of(&owner).to_string();
+    inner
+        .create(&rt, Some("default"), cm("dep", &[&uid]))
+        .expect("dependent");
+    let deps: Vec<String> = inner.dependents(&uid).map(|k| k.name.clone()).collect();
+    assert_eq!(deps, ["dep"]);
+    assert_eq!(
+        inner.key_of_uid(&uid).map(|k| k.name.as_str()),
+        Some("owner")
+    );
+    // The dependent drops its owner reference: the index follows.
+    let mut dep = inner.get(&rt, Some("default"), "dep").expect("get");
+    dep["metadata"]["ownerReferences"] = json!([]);
+    inner
+        .update(&rt, Some("default"), "dep", dep, false)
+        .expect("update");
+    assert_eq!(inner.dependents(&uid).count(), 0);
+    inner
+        .delete(&rt, Some("default"), "owner", &DeleteOptions::default())
+        .expect("delete");
+    assert!(inner.key_of_uid(&uid).is_none());
+    assert!(
+        inner.get(&rt, Some("default"), "dep").is_ok(),
+        "no longer a dependent"
+    );
+    assert_eq!(inner.namespace_len("default"), 1);
+}
+
+#[test]
+fn the_sweep_collects_objects_whose_owners_never_existed_or_are_gone() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let a = inner.create(&rt, Some("default"), cm("a", &[])).expect("a");
+    let b = inner.create(&rt, Some("default"), cm("b", &[])).expect("b");
+    let (ua, ub) = (meta::uid_of(&a).to_string(), meta::uid_of(&b).to_string());
+    inner
+        .create(&rt, Some("default"), cm("ghost", &["no-such-uid"]))
+        .expect("orphan");
+    inner
+        .create(&rt, Some("default"), cm("half", &["no-such-uid", &ua]))
+        .expect("one owner alive");
+    inner
+        .create(&rt, Some("default"), cm("two", &[&ua, &ub]))
+        .expect("two owners");
+    inner.sweep();
+    let exists = |i: &Inner, n: &str| i.get(&rt, Some("default"), n).is_ok();
+    assert!(!exists(&inner, "ghost"));
+    assert!(exists(&inner, "half") && exists(&inner, "two"));
+    // Orphaning keeps the dependents; the sweep then has nothing of theirs to collect.
+    let orphan = DeleteOptions {
+        propagation: Propagation::Orphan,
+        ..DeleteOptions::default()
+    };
+    inner
+        .delete(&rt, Some("default"), "b", &orphan)
+        .expect("delete b");
+    inner.sweep();
+    assert!(exists(&inner, "two"));
+    // Its last live owner gone, each goes.
+    inner
+        .delete(&rt, Some("default"), "a", &DeleteOptions::default())
+        .expect("delete a");
+    inner.sweep();
+    assert!(!exists(&inner, "half") && !exists(&inner, "two"));
+}
+
+#[test]
+fn history_is_shared_and_expires() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let start = inner.rv;
+    inner
+        .create(&rt, Some("default"), cm("c", &[]))
+        .expect("create");
+    let mut c = inner.get(&rt, Some("default"), "c").expect("get");
+    c["data"] = json!({"k": "v"});
+    inner
+        .update(&rt, Some("default"), "c", c, false)
+        .expect("update");
+    let changes: Vec<&Change> = inner.changes_after(start).expect("history").collect();
+    assert_eq!(changes.len(), 2);
+    let stored = inner.objects.get(&changes[1].key).expect("stored");
+    assert!(Arc::ptr_eq(&changes[1].object, stored));
+    assert!(Arc::ptr_eq(
+        changes[1].old.as_ref().expect("old"),
+        &changes[0].object
+    ));
+    for i in 0..HISTORY_LIMIT {
+        inner
+            .create(&rt, Some("default"), cm(&format!("n{i}"), &[]))
+            .expect("create");
+    }
+    assert!(inner.changes_after(start).is_err());
+    assert!(inner.changes_since(&rt.storage, start).is_err());
+}
