@@ -92,9 +92,9 @@ impl Error {
     /// The delay the API server asked for (429 or 503 with Retry-After), if it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
-                retry_after(source)
-            }
+            Error::Apply { source, .. }
+            | Error::PersistStatus { source, .. }
+            | Error::ReadSecret { source, .. } => retry_after(source),
             Error::Finalizer { retry_after, .. } => *retry_after,
             Error::MissingField(_) => None,
         }
