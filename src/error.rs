@@ -39,6 +39,15 @@ pub enum Error {
         /// The delay the API server asked for, when it refused the patch with one.
         retry_after: Option<Duration>,
     },
+    /// A Secret the Habitat uses could not be read (its contents are never part of this).
+    #[error("cannot read Secret {name}: {source}; the operator needs `get` on Secrets in this namespace")]
+    ReadSecret {
+        /// The Secret.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// The object read from the cache lacks a field every stored object has.
     #[error("the Habitat from the cache has no {0}; this is a bug or a broken API server")]
     MissingField(&'static str),
@@ -46,10 +55,11 @@ pub enum Error {
 
 impl Error {
     /// Every category, for metrics that must exist before the first failure.
-    pub const CATEGORIES: [&'static str; 4] = [
+    pub const CATEGORIES: [&'static str; 5] = [
         "ApplyFailed",
         "StatusWriteFailed",
         "FinalizerFailed",
+        "SecretReadFailed",
         "MissingField",
     ];
 
@@ -59,6 +69,7 @@ impl Error {
             Error::Apply { .. } => "ApplyFailed",
             Error::PersistStatus { .. } => "StatusWriteFailed",
             Error::Finalizer { .. } => "FinalizerFailed",
+            Error::ReadSecret { .. } => "SecretReadFailed",
             Error::MissingField(_) => "MissingField",
         }
     }
@@ -81,9 +92,9 @@ impl Error {
     /// The delay the API server asked for (429 or 503 with Retry-After), if it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
-                retry_after(source)
-            }
+            Error::Apply { source, .. }
+            | Error::PersistStatus { source, .. }
+            | Error::ReadSecret { source, .. } => retry_after(source),
             Error::Finalizer { retry_after, .. } => *retry_after,
             Error::MissingField(_) => None,
         }
@@ -119,9 +130,9 @@ impl Error {
     /// How the reconciler treats this failure.
     pub fn disposition(&self) -> Disposition {
         match self {
-            Error::Apply { source, .. } | Error::PersistStatus { source, .. } => {
-                disposition(source)
-            }
+            Error::Apply { source, .. }
+            | Error::PersistStatus { source, .. }
+            | Error::ReadSecret { source, .. } => disposition(source),
             Error::Finalizer { .. } | Error::MissingField(_) => Disposition::Retry,
         }
     }
@@ -254,6 +265,10 @@ pub(crate) mod tests {
                 name: "x".into(),
                 message: "m".into(),
                 retry_after: None,
+            },
+            Error::ReadSecret {
+                name: "x".into(),
+                source: api_error(403),
             },
             Error::MissingField("metadata.uid"),
         ];

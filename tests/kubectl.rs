@@ -6,6 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Event;
+use kube::api::ListParams;
 use support::{timeout, wait_for, Ground};
 
 async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events(
@@ -86,14 +88,45 @@ async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_condit
         "Available",
         "HabitatReady",
         "Events:",
+        // One Event per reconcile pass, naming the path it took.
+        "EnteredDeploying",
+        "Pending → ConfigMapReady → KeyReady → Deploying",
         "EnteredReady",
-        "EnteredLeaderElected",
+        "→ LeaderElected",
     ] {
         assert!(
             describe.contains(needle),
             "describe lacks {needle}:\n{describe}"
         );
     }
+    // No Event repeats itself: each (reason, note) once, none with a series.
+    let events = env
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for e in events
+        .iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Habitat"))
+        .filter(|e| e.involved_object.name.as_deref() == Some("example-leader"))
+    {
+        let key = (e.reason.clone(), e.message.clone());
+        assert!(seen.insert(key.clone()), "repeated Event {key:?}");
+        assert!(
+            e.series.is_none() && e.count.unwrap_or(1) <= 1,
+            "Event {key:?} repeats: {:?} {:?}",
+            e.series,
+            e.count
+        );
+        assert!(
+            e.reason.as_deref() != Some("EnteredConfigMapReady")
+                && e.reason.as_deref() != Some("EnteredKeyReady"),
+            "one Event per pass, not per phase: {key:?}"
+        );
+    }
+    assert!(seen.len() >= 2, "{seen:?}");
 }
 
 on_both_grounds!(

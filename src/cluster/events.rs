@@ -1,4 +1,5 @@
-//! Kubernetes Events about a Habitat: one per phase transition, per distinct failure, per
+//! Kubernetes Events about a Habitat: one per reconcile pass that changed the phase (naming the
+//! path it took), per distinct failure, per
 //! condition that asks the user to act, and per action worth telling (key generated, pod
 //! replaced, leader changed). Publishing is best effort: a lost Event never fails a reconcile.
 
@@ -21,13 +22,20 @@ pub struct Note {
 }
 
 impl Note {
-    /// A phase transition: reason `Entered<Phase>`.
-    pub fn transition(from: Phase, to: Phase, why: &str) -> Self {
-        Note {
-            warning: false,
-            reason: format!("Entered{to}"),
-            message: format!("phase {from} -> {to}: {why}"),
+    /// The phases one reconcile pass walked, `path[0]` the one it started in: one Event with
+    /// reason `Entered<last phase>` whose message names the whole path (`Pending → ConfigMapReady
+    /// → KeyReady → Deploying: why`), instead of one Event per phase. None for fewer than two.
+    pub fn passage(path: &[Phase], why: &str) -> Option<Self> {
+        let last = path.last()?;
+        if path.len() < 2 {
+            return None;
         }
+        let walked: Vec<String> = path.iter().map(Phase::to_string).collect();
+        Some(Note {
+            warning: false,
+            reason: format!("Entered{last}"),
+            message: format!("{}: {why}", walked.join(" → ")),
+        })
     }
 
     /// A Normal event.
@@ -80,10 +88,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn transition_events_name_both_phases_in_a_greppable_reason() {
-        let n = Note::transition(Phase::Deploying, Phase::Ready, "3/3 replicas ready");
-        assert_eq!(n.reason, "EnteredReady");
-        assert_eq!(n.message, "phase Deploying -> Ready: 3/3 replicas ready");
+    fn a_pass_is_one_event_naming_its_path_with_the_last_phase_in_a_greppable_reason() {
+        let path = [
+            Phase::Pending,
+            Phase::ConfigMapReady,
+            Phase::KeyReady,
+            Phase::Deploying,
+        ];
+        let n = Note::passage(&path, "StatefulSet redis matches generation 1").expect("a passage");
+        assert_eq!(n.reason, "EnteredDeploying");
+        assert_eq!(
+            n.message,
+            "Pending → ConfigMapReady → KeyReady → Deploying: StatefulSet redis matches generation 1"
+        );
         assert!(!n.warning);
+        let n = Note::passage(&[Phase::Deploying, Phase::Ready], "1/1 replicas ready")
+            .expect("a passage");
+        assert_eq!(n.reason, "EnteredReady");
+        assert_eq!(n.message, "Deploying → Ready: 1/1 replicas ready");
+        assert_eq!(
+            Note::passage(&[Phase::Ready], "x"),
+            None,
+            "no transition, no Event"
+        );
+        assert_eq!(Note::passage(&[], "x"), None);
     }
 }

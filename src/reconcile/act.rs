@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::api::key_name::KeyName;
-use crate::api::{Habitat, LABEL_LEADER, LABEL_RING};
+use crate::api::{Habitat, LABEL_LEADER};
 use crate::children::peer_config::peer_config;
 use crate::children::ring_key;
 use crate::children::Workload;
@@ -24,7 +24,7 @@ use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
-use crate::reconcile::ring::{check_secret, KeyState};
+use crate::reconcile::ring::{newest, KeyState};
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);
@@ -164,12 +164,8 @@ async fn generate_key(
     if let Some(k) = remembered_key(ctx, ns, ring) {
         return Ok(k);
     }
-    let existing = ctx.stores.secrets.state().into_iter().filter_map(|s| {
-        let same_ring = s.namespace().as_deref() == Some(ns)
-            && s.labels().get(LABEL_RING).map(String::as_str) == Some(ring);
-        same_ring.then(|| check_secret(&s).ok()).flatten()
-    });
-    if let Some(k) = existing.max_by(|a, b| a.revision.cmp(&b.revision)) {
+    let existing = ctx.secrets.ring(&ctx.client, &ctx.stores, ns, ring).await?;
+    if let Some(k) = newest(&existing, ring) {
         return Ok(k);
     }
     let (key, file) = ring_key::generate(ring, Utc::now());

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::Client;
@@ -13,8 +14,10 @@ use kube::Client;
 use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
+use crate::reconcile::index::Indexes;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
+use crate::reconcile::secrets::SecretReader;
 
 /// The caches the reconciler reads while observing. It never reads the API server to decide.
 #[derive(Clone)]
@@ -31,8 +34,10 @@ pub struct Stores {
     pub budgets: Store<PodDisruptionBudget>,
     /// Pods carrying the operator's labels.
     pub pods: Store<Pod>,
-    /// Secrets, with every value except ring keys blanked out before they are cached.
-    pub secrets: Store<Secret>,
+    /// Secrets' metadata only (no data): their contents are read by `Context::secrets` when needed.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Secondary indexes over these caches, fed by the same watches.
+    pub index: Indexes,
 }
 
 /// Shared state of the controller.
@@ -41,6 +46,8 @@ pub struct Context {
     pub client: Client,
     /// The caches.
     pub stores: Stores,
+    /// Reads the contents of the Secrets a Habitat uses, when their version changes.
+    pub secrets: SecretReader,
     /// Records Kubernetes Events.
     pub recorder: Recorder,
     /// Metric families.
@@ -58,6 +65,10 @@ pub struct Context {
     pub key_generation: tokio::sync::Mutex<()>,
     /// Last failure message per object uid, so that a repeated failure records one Event.
     pub last_failure: Mutex<HashMap<String, String>>,
+    /// Per object uid, the resourceVersion a status write of this process replaced: a reconcile
+    /// handed that version again comes from a cache the write has not reached yet, and would
+    /// walk the phases a second time (the same applies, a repeated Event).
+    pub written_over: Mutex<HashMap<String, String>>,
     /// Every cache has seen its first full list. Until then nothing is decided: a missing ring
     /// key in an unsynced cache would be generated a second time.
     pub synced: std::sync::Arc<std::sync::atomic::AtomicBool>,

@@ -11,6 +11,7 @@ pub mod act;
 pub mod conditions;
 pub mod context;
 pub mod decide;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
@@ -18,6 +19,7 @@ pub mod peer;
 pub mod requeue;
 pub mod ring;
 pub mod rollout;
+pub mod secrets;
 pub mod status;
 
 use std::sync::Arc;
@@ -131,6 +133,10 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let uid = h.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    if stale(ctx, &uid, h) {
+        tracing::debug!(%ns, name = %h.name_any(), "the cache does not show our last status write yet; looking again shortly");
+        return Ok(Action::requeue(STALE_RETRY));
+    }
     let generated = h
         .spec
         .service
@@ -138,7 +144,16 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         .as_ref()
         .and_then(|r| remembered_key(ctx, &ns, &r.name));
 
-    let mut snap = observe(h, &ctx.stores, generated);
+    let secrets = match ctx.secrets.view(&ctx.client, &ctx.stores, h).await {
+        Ok(view) => view,
+        // Being deleted, the Habitat needs no Secret: a failed read must not hold the finalizer.
+        Err(e) if h.metadata.deletion_timestamp.is_some() => {
+            tracing::debug!(%ns, name = %h.name_any(), error = %e.chain(1024), "Secrets not read during deletion");
+            Default::default()
+        }
+        Err(e) => return Err(e),
+    };
+    let mut snap = observe(h, &ctx.stores, &secrets, generated);
     let mut decider = Decider::default();
     let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut decider).await;
     // Standalone supervisors that update themselves: only the census says what they run.
@@ -162,8 +177,18 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         now,
     });
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
-    if !status::same(&new, &old) {
-        persist(ctx, h, &ns, new).await?;
+    if status::worth_writing(&new, &old, pass.phase) {
+        let written = persist(ctx, h, &ns, new).await?;
+        // Marked only when the write made a new version: after a write that changed nothing
+        // (the server already held this status) no newer copy would ever come to clear it.
+        if let (Some(before), Some(after)) = (h.resource_version(), written) {
+            if before != after {
+                ctx.written_over
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(uid.clone(), before);
+            }
+        }
     }
     events::publish(&ctx.recorder, h, &notes).await;
     match pass.failure {
@@ -176,6 +201,24 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
 /// `none`), so the census is read for `status.members` even outside the leader topology.
 fn follows_channel(h: &Habitat) -> bool {
     h.spec.service.update_strategy != UpdateStrategy::None
+}
+
+/// How soon a reconcile handed a copy older than our own status write looks again (the watch
+/// delivers the written object within milliseconds, and wakes the object itself).
+const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether `h` is the version our last status write of it replaced. Forgets the mark once a
+/// newer version arrives.
+fn stale(ctx: &Context, uid: &str, h: &Habitat) -> bool {
+    let mut marks = ctx.written_over.lock().unwrap_or_else(|p| p.into_inner());
+    match (marks.get(uid), h.resource_version()) {
+        (Some(over), Some(version)) if *over == version => true,
+        (Some(_), _) => {
+            marks.remove(uid);
+            false
+        }
+        (None, _) => false,
+    }
 }
 
 /// The persisted phase; an unknown value restarts the lifecycle.
@@ -247,8 +290,8 @@ async fn drive(
     pass
 }
 
-/// Metrics and logs of the pass, and the Events to publish: one per transition, per condition
-/// that asks the user to act, and per distinct failure.
+/// Metrics and logs of the pass, and the Events to publish: one for the phases the pass walked,
+/// one per condition that asks the user to act, and one per distinct failure.
 fn record(
     ctx: &Context,
     h: &Habitat,
@@ -271,8 +314,18 @@ fn record(
             Some(0.0)
         };
         ctx.metrics.transition(*from, *to, seconds);
-        notes.push(Note::transition(*from, *to, &transition_reason(*to, new)));
         tracing::info!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), from = %from, to = %to, "phase transition");
+    }
+    // One Event for the pass, naming the path it took and why it stopped where it did.
+    let path: Vec<Phase> = pass
+        .transitions
+        .first()
+        .map(|(from, _)| *from)
+        .into_iter()
+        .chain(pass.transitions.iter().map(|(_, to)| *to))
+        .collect();
+    if let Some(last) = path.last() {
+        notes.extend(Note::passage(&path, &transition_reason(*last, new)));
     }
     notes.extend(user_warnings(&old.conditions, &new.conditions));
     let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
@@ -341,13 +394,14 @@ fn user_warnings(
         .collect()
 }
 
-/// Writes the status with server-side apply. An object already gone is fine.
+/// Writes the status with server-side apply; answers the resourceVersion written. An object
+/// already gone is fine.
 async fn persist(
     ctx: &Context,
     h: &Habitat,
     ns: &str,
     status: crate::api::HabitatStatus,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), ns);
     let body = serde_json::json!({
         "apiVersion": "habitat.sh/v1",
@@ -363,9 +417,9 @@ async fn persist(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written.resource_version()),
         Err(e) if crate::error::is_not_found(&e) && h.metadata.deletion_timestamp.is_some() => {
-            Ok(())
+            Ok(None)
         }
         Err(source) => Err(Error::PersistStatus {
             name: h.name_any(),
@@ -472,7 +526,9 @@ mod tests {
                 budgets: reflector::store().0,
                 pods: reflector::store().0,
                 secrets: reflector::store().0,
+                index: Default::default(),
             },
+            secrets: Default::default(),
             recorder: Recorder::new(
                 client,
                 Reporter {
@@ -488,8 +544,33 @@ mod tests {
             generated_keys: Mutex::new(Default::default()),
             key_generation: tokio::sync::Mutex::new(()),
             last_failure: Mutex::new(Default::default()),
+            written_over: Mutex::new(Default::default()),
             synced: Arc::new(AtomicBool::new(true)),
         })
+    }
+
+    /// A reconcile handed the copy that our own status write replaced (the cache has not caught
+    /// up) would walk the phases again: it waits instead, once the newer copy arrives it goes on.
+    #[tokio::test]
+    async fn the_copy_a_status_write_replaced_is_recognised_as_stale() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let ctx = context(kube::Client::try_from(config).expect("a client"));
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata.resource_version = Some("41".into());
+        assert!(!stale(&ctx, "uid", &h), "nothing written yet");
+        ctx.written_over
+            .lock()
+            .expect("lock")
+            .insert("uid".into(), "41".into());
+        assert!(stale(&ctx, "uid", &h));
+        assert!(!stale(&ctx, "other", &h));
+        h.metadata.resource_version = Some("42".into());
+        assert!(!stale(&ctx, "uid", &h), "the written copy arrived");
+        h.metadata.resource_version = Some("41".into());
+        assert!(
+            !stale(&ctx, "uid", &h),
+            "the mark is gone once a newer copy was seen"
+        );
     }
 
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from

@@ -2,16 +2,18 @@
 //! is drawn from it is drawn in [`decide`](mod@crate::reconcile::decide).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
 use crate::api::key_name::KeyName;
-use crate::api::{Habitat, MemberStatus, LABEL_NAME, USER_TOML_KEY};
+use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
+use crate::reconcile::index;
 use crate::reconcile::ring::{self, KeyState};
+use crate::reconcile::secrets::SecretsView;
 
 /// What the leader census said in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,56 +84,48 @@ where
         .map(|o| (*o).clone())
 }
 
-/// Reads the snapshot of `h` from the caches. `generated` is a key this process generated for
+/// Reads the snapshot of `h` from the caches, through their indexes: it touches the objects of
+/// this Habitat and of the groups it binds to, never the whole cluster. `secrets` is what this
+/// reconcile read of the Secrets the spec uses; `generated` is a key this process generated for
 /// the Habitat's ring that the cache may not show yet.
-pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snapshot {
+pub fn observe(
+    h: &Habitat,
+    stores: &Stores,
+    secrets: &SecretsView,
+    generated: Option<KeyName>,
+) -> Snapshot {
     let name = h.name_any();
     let ns = h.namespace().unwrap_or_default();
-    let pods = stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && p.labels().get(LABEL_NAME) == Some(&name)
-        })
-        .map(|p| (*p).clone())
-        .collect();
-    let all_pods = stores.pods.state();
+    let pods_of = |habitat: &str| -> Vec<Pod> {
+        stores
+            .index
+            .pods_by_habitat
+            .objects(&stores.pods, &index::key(&[&ns, habitat]))
+            .iter()
+            .map(|p| (**p).clone())
+            .collect()
+    };
+    let pods = pods_of(&name);
     let bound_pods = h
         .spec
         .service
         .bind
         .iter()
         .map(|b| {
-            let names: Vec<String> = stores
-                .habitats
-                .state()
-                .iter()
-                .filter(|o| o.namespace().as_deref() == Some(ns.as_str()) && o.name_any() != name)
-                .filter(|o| o.spec.service.name == b.service && o.spec.service.group == b.group)
-                .map(|o| o.name_any())
-                .collect();
-            all_pods
-                .iter()
-                .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|p| {
-                    p.labels()
-                        .get(LABEL_NAME)
-                        .is_some_and(|n| names.contains(n))
-                })
-                .map(|p| (**p).clone())
+            stores
+                .index
+                .habitats_by_group
+                .refs(&index::key(&[&ns, &b.service, &b.group]))
+                .into_iter()
+                .filter(|o| o.name != name)
+                .map(|o| o.name)
+                .collect::<std::collections::BTreeSet<String>>()
+                .into_iter()
+                .flat_map(|n| pods_of(&n))
                 .collect()
         })
         .collect();
-    let secrets = stores.secrets.state();
-    let in_ns: Vec<&Secret> = secrets
-        .iter()
-        .map(|s| &**s)
-        .filter(|s| s.namespace().as_deref() == Some(&ns))
-        .collect();
-    let find = |n: &str| in_ns.iter().copied().find(|s| s.name_any() == n);
-    let mut key = ring::resolve(h, find, in_ns.iter().copied());
+    let mut key = ring::resolve(h, secrets);
     if let (KeyState::ToGenerate { .. }, Some(k)) = (&key, generated) {
         key = KeyState::Ready(k);
     }
@@ -144,7 +138,7 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
         pods,
         bound_pods,
         key,
-        secret_problem: secret_problem(h, find),
+        secret_problem: secret_problem(h, secrets),
         spec_problem: crate::api::validate::problem(h),
         leader: LeaderView::NotObserved,
         replaced_pod: false,
@@ -153,33 +147,25 @@ pub fn observe(h: &Habitat, stores: &Stores, generated: Option<KeyName>) -> Snap
 
 /// What is wrong with the Secrets named by `spec.service.configSecretName` and
 /// `filesSecretName`, in words for the user.
-pub fn secret_problem<'a>(
-    h: &Habitat,
-    find: impl Fn(&str) -> Option<&'a Secret>,
-) -> Option<String> {
+pub fn secret_problem(h: &Habitat, secrets: &SecretsView) -> Option<String> {
     let svc = &h.spec.service;
     if let Some(name) = &svc.config_secret_name {
-        match find(name) {
+        match secrets.find(name) {
             None => return Some(format!("Secret {name} named in spec.service.configSecretName does not exist; create it with a key {USER_TOML_KEY}")),
-            Some(s) if !has_key(s, USER_TOML_KEY) => {
+            Some(s) if !s.keys.contains(USER_TOML_KEY) => {
                 return Some(format!("Secret {name} named in spec.service.configSecretName has no key {USER_TOML_KEY}"))
             }
             Some(_) => {}
         }
     }
     if let Some(name) = &svc.files_secret_name {
-        if find(name).is_none() {
+        if !secrets.present.contains(name) {
             return Some(format!(
                 "Secret {name} named in spec.service.filesSecretName does not exist"
             ));
         }
     }
     None
-}
-
-fn has_key(s: &Secret, key: &str) -> bool {
-    s.data.as_ref().is_some_and(|d| d.contains_key(key))
-        || s.string_data.as_ref().is_some_and(|d| d.contains_key(key))
 }
 
 impl Snapshot {

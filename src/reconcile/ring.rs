@@ -4,8 +4,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use crate::api::key_name::KeyName;
-use crate::api::{Habitat, LABEL_RING, RING_KEY_DATA_KEY};
+use crate::api::{Habitat, RING_KEY_DATA_KEY};
 use crate::children::ring_key;
+use crate::reconcile::secrets::{SecretFacts, SecretsView};
 
 /// The state of a Habitat's ring key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,24 +56,20 @@ pub fn check_secret(secret: &Secret) -> Result<KeyName, String> {
     ring_key::parse(&content.0, Some(&name)).map_err(|e| format!("Secret {name}: {e}"))
 }
 
-/// Resolves the key of `h` from the Secrets of its namespace. `find` looks a Secret up by name;
-/// `ring_secrets` lists the Secrets labelled with a ring.
-pub fn resolve<'a>(
-    h: &Habitat,
-    find: impl Fn(&str) -> Option<&'a Secret>,
-    ring_secrets: impl IntoIterator<Item = &'a Secret>,
-) -> KeyState {
+/// Resolves the key of `h` from what the reconcile read of the Secrets of its namespace: the
+/// Secret `ringSecretName` names, or the Secrets labelled with the spec's ring.
+pub fn resolve(h: &Habitat, secrets: &SecretsView) -> KeyState {
     let svc = &h.spec.service;
     if let Some(secret) = &svc.ring_secret_name {
-        return match find(secret) {
+        return match secrets.find(secret) {
             None => KeyState::Missing {
                 secret: secret.clone(),
             },
-            Some(s) => match check_secret(s) {
-                Ok(k) => KeyState::Ready(k),
+            Some(s) => match &s.ring_key {
+                Ok(k) => KeyState::Ready(k.clone()),
                 Err(problem) => KeyState::Malformed {
                     secret: secret.clone(),
-                    problem,
+                    problem: problem.clone(),
                 },
             },
         };
@@ -80,20 +77,23 @@ pub fn resolve<'a>(
     let Some(ring) = &svc.ring else {
         return KeyState::NotRequired;
     };
-    // The newest well-formed key of the ring wins, as the supervisor itself loads the latest
-    // revision; a malformed one is never used.
-    let best = ring_secrets
-        .into_iter()
-        .filter(|s| s.labels().get(LABEL_RING) == Some(&ring.name))
-        .filter_map(|s| check_secret(s).ok())
-        .filter(|k| k.ring == ring.name)
-        .max_by(|a, b| a.revision.cmp(&b.revision));
-    match best {
+    match newest(&secrets.ring, &ring.name) {
         Some(k) => KeyState::Ready(k),
         None => KeyState::ToGenerate {
             ring: ring.name.clone(),
         },
     }
+}
+
+/// The newest well-formed key of `ring` among `secrets` (those labelled with it): the
+/// supervisor itself loads the latest revision; a malformed one is never used.
+pub fn newest(secrets: &[SecretFacts], ring: &str) -> Option<KeyName> {
+    secrets
+        .iter()
+        .filter_map(|s| s.ring_key.as_ref().ok())
+        .filter(|k| k.ring == ring)
+        .max_by(|a, b| a.revision.cmp(&b.revision))
+        .cloned()
 }
 
 #[cfg(test)]
@@ -111,9 +111,27 @@ mod tests {
         ring_secret("ns", &name, file)
     }
 
+    fn named(s: &Secret) -> SecretsView {
+        let facts = SecretFacts::of(s);
+        SecretsView {
+            named: [(facts.name.clone(), facts)].into(),
+            ..Default::default()
+        }
+    }
+
+    fn labelled(secrets: &[Secret]) -> SecretsView {
+        SecretsView {
+            ring: secrets.iter().map(SecretFacts::of).collect(),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn no_ring_needs_no_key() {
-        assert_eq!(resolve(&habitat(), |_| None, []), KeyState::NotRequired);
+        assert_eq!(
+            resolve(&habitat(), &SecretsView::default()),
+            KeyState::NotRequired
+        );
     }
 
     #[test]
@@ -121,7 +139,7 @@ mod tests {
         let s = secret("prod", 0);
         let h = habitat().ring_secret("prod-20261130100000");
         assert_eq!(
-            resolve(&h, |_| Some(&s), []),
+            resolve(&h, &named(&s)),
             KeyState::Ready(KeyName::parse("prod-20261130100000").unwrap())
         );
     }
@@ -130,12 +148,12 @@ mod tests {
     fn a_missing_or_malformed_named_secret_is_reported() {
         let h = habitat().ring_secret("prod-20261130100000");
         assert!(matches!(
-            resolve(&h, |_| None, []),
+            resolve(&h, &SecretsView::default()),
             KeyState::Missing { .. }
         ));
         let mut s = secret("prod", 0);
         s.data = None;
-        match resolve(&h, |_| Some(&s), []) {
+        match resolve(&h, &named(&s)) {
             KeyState::Malformed { problem, .. } => {
                 assert!(problem.contains("has no key \"ring-key\""), "{problem}")
             }
@@ -148,7 +166,7 @@ mod tests {
         let secrets = [secret("prod", 0), secret("prod", 5), secret("dev", 9)];
         let h = habitat().ring("prod");
         assert_eq!(
-            resolve(&h, |_| None, &secrets),
+            resolve(&h, &labelled(&secrets)),
             KeyState::Ready(KeyName::parse("prod-20261130100500").unwrap())
         );
     }
@@ -157,7 +175,7 @@ mod tests {
     fn a_ring_without_a_key_asks_for_generation() {
         let secrets = [secret("dev", 9)];
         assert_eq!(
-            resolve(&habitat().ring("prod"), |_| None, &secrets),
+            resolve(&habitat().ring("prod"), &labelled(&secrets)),
             KeyState::ToGenerate {
                 ring: "prod".into()
             }

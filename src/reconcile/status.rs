@@ -192,6 +192,58 @@ pub fn same(a: &HabitatStatus, b: &HabitatStatus) -> bool {
     strip(a) == strip(b) && conditions::same(&a.conditions, &b.conditions)
 }
 
+/// Whether `new` is worth a status write over `old`, the status the object carries, when the
+/// pass ended in `phase`. While the workload converges (Deploying, Updating, LeaderElected) the
+/// pods' progress changes the observed pod count, the peer address and condition messages
+/// several times; those ride along with the next change that matters: the phase, the observed
+/// generation, the ready count, the ring key, the leader, a condition's status, or the reason of
+/// a condition that is not True. So a standalone Habitat's way to Ready costs two writes (it
+/// leaves Pending; it becomes Ready). In every other phase any difference is written.
+pub fn worth_writing(new: &HabitatStatus, old: &HabitatStatus, phase: Phase) -> bool {
+    if same(new, old) {
+        return false;
+    }
+    let converging = matches!(
+        phase,
+        Phase::Deploying | Phase::Updating | Phase::LeaderElected
+    );
+    !converging || material(new) != material(old)
+}
+
+type Material<'a> = (
+    Option<&'a str>,
+    Option<i64>,
+    i32,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+    std::collections::BTreeSet<(&'a str, &'a str, &'a str)>,
+);
+
+fn material(s: &HabitatStatus) -> Material<'_> {
+    let conditions = s
+        .conditions
+        .iter()
+        .map(|c| {
+            let reason = if c.status == "True" {
+                ""
+            } else {
+                c.reason.as_str()
+            };
+            (c.type_.as_str(), c.status.as_str(), reason)
+        })
+        .collect();
+    (
+        s.phase.as_deref(),
+        s.observed_generation,
+        s.ready_replicas,
+        s.ring_secret_name.as_deref(),
+        s.leader.as_deref(),
+        s.release.as_deref(),
+        conditions,
+    )
+}
+
 fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
     let h = i.habitat;
     let s = i.snapshot;
@@ -409,6 +461,37 @@ mod tests {
         }
     }
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: conditions::to_time(Utc::now()),
+            observed_generation: Some(1),
+        }
+    }
+
+    fn deploying() -> HabitatStatus {
+        HabitatStatus {
+            phase: Some("Deploying".into()),
+            observed_generation: Some(1),
+            ready: Some("0/1".into()),
+            conditions: vec![
+                condition("ConfigMapReady", "True", "NoRunningPod", "no pod runs yet"),
+                condition(
+                    "Available",
+                    "False",
+                    "ReplicasNotReady",
+                    "0/1 replicas ready",
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn the_release_column_shows_one_release_or_mixed_among_alive_members() {
         let v1 = "core/redis/7.0.1/20250101000000";
@@ -460,5 +543,52 @@ mod tests {
         let c = at(&previous, &uniform, too_late);
         assert_eq!((c.status, c.reason), (false, R::OneRelease));
         assert_eq!(mixed_condition(&previous, None, &[], too_late), None);
+    }
+
+    #[test]
+    fn while_deploying_only_material_changes_are_written() {
+        let old = deploying();
+        assert!(!worth_writing(&old, &old, Phase::Deploying));
+        // The pod was created and got an address; the peer file names it: not worth a write.
+        let mut new = old.clone();
+        new.replicas = 1;
+        new.peer_ip = Some("10.0.0.1".into());
+        new.conditions[0] = condition(
+            "ConfigMapReady",
+            "True",
+            "PeerSelected",
+            "the peer file points to 10.0.0.1",
+        );
+        assert!(!worth_writing(&new, &old, Phase::Deploying));
+        // The same difference in a settled phase is written.
+        let mut settled_old = old.clone();
+        settled_old.phase = Some("Ready".into());
+        let mut settled_new = new.clone();
+        settled_new.phase = Some("Ready".into());
+        assert!(worth_writing(&settled_new, &settled_old, Phase::Ready));
+        // A pod became ready (leader groups count up), a condition flipped, or a failing
+        // condition's reason changed: written.
+        let mut ready = new.clone();
+        ready.ready_replicas = 1;
+        assert!(worth_writing(&ready, &old, Phase::Deploying));
+        let mut flipped = new.clone();
+        flipped.conditions[1] = condition("Available", "True", "AllReplicasReady", "1/1");
+        assert!(worth_writing(&flipped, &old, Phase::Deploying));
+        let mut failing = new.clone();
+        failing.conditions[1] = condition(
+            "Available",
+            "False",
+            "ReferencedSecretMissing",
+            "Secret x is gone",
+        );
+        assert!(worth_writing(&failing, &old, Phase::Deploying));
+        // The running release (the RELEASE column, `mixed` during a rolling update): written.
+        let mut release = new.clone();
+        release.release = Some("mixed".into());
+        assert!(worth_writing(&release, &old, Phase::Deploying));
+        // Leaving the phase is always written.
+        let mut next = new;
+        next.phase = Some("Ready".into());
+        assert!(worth_writing(&next, &old, Phase::Ready));
     }
 }

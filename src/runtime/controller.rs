@@ -8,17 +8,20 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER, RING_KEY_DATA_KEY};
+use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::reconcile::context::{Context, Stores};
+use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
+use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::{error_policy, reconcile};
 
 /// How the controller runs.
@@ -61,10 +64,12 @@ where
 type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
 
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
+/// `indexed` sees every event after the store applied it (the secondary indexes).
 fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: impl FnMut(&mut K) + Send + 'static,
+    indexed: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> (Store<K>, Trigger<K>)
 where
     K: kube::Resource<DynamicType = ()>
@@ -92,6 +97,7 @@ where
         })
         .modify(modify)
         .reflect(writer)
+        .inspect_ok(move |event| indexed(event))
         .scan(Vec::new(), |relisted, event| {
             futures::future::ready(Some(after_relist(relisted, event)))
         })
@@ -251,54 +257,67 @@ pub async fn run(
 ) {
     let ns = settings.namespace.as_deref();
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}"));
+    let index = Indexes::default();
+    let reader = SecretReader::default();
     let (sts_store, sts) = cached(
         api::<StatefulSet>(&client, ns),
         ours.clone(),
         drop_managed_fields,
+        |_| {},
     );
     let (cm_store, cms) = cached(
         api::<ConfigMap>(&client, ns),
         ours.clone(),
         drop_managed_fields,
+        |_| {},
     );
     let (svc_store, svcs) = cached(
         api::<Service>(&client, ns),
         ours.clone(),
         drop_managed_fields,
+        |_| {},
     );
     let (pdb_store, pdbs) = cached(
         api::<PodDisruptionBudget>(&client, ns),
         ours.clone(),
         drop_managed_fields,
+        |_| {},
     );
-    let (pod_store, pods) = cached(api::<Pod>(&client, ns), ours, drop_managed_fields);
-    // Secrets are cached with every value blanked except ring keys: the operator needs to know
-    // which keys exist and to validate ring keys, nothing more.
+    let pods_index = index.pods_by_habitat.clone();
+    let (pod_store, pods) = cached(
+        api::<Pod>(&client, ns),
+        ours,
+        drop_managed_fields,
+        move |e| pods_index.event(e),
+    );
+    // Secrets are cached as metadata only (a metadata list and watch: the API server sends no
+    // data): the operator needs to know which exist and which carry a ring label; the contents
+    // of the few a Habitat uses are read when needed (`SecretReader`).
+    let secrets_index = index.secrets_by_ring.clone();
+    let forget = reader.clone();
     let (secret_store, secrets) = cached(
-        api::<Secret>(&client, ns),
+        api::<PartialObjectMeta<Secret>>(&client, ns),
         watcher::Config::default(),
-        |s: &mut Secret| {
-            drop_managed_fields(s);
-            s.string_data = None;
-            if let Some(data) = s.data.as_mut() {
-                for (k, v) in data.iter_mut() {
-                    if k != RING_KEY_DATA_KEY {
-                        v.0.clear();
-                    }
-                }
+        drop_managed_fields,
+        move |e| {
+            secrets_index.event(e);
+            if let watcher::Event::Delete(s) = e {
+                forget.forget(s);
             }
         },
     );
 
+    let habitats_index = index.clone();
     let (habitat_store, habitat_stream) = cached(
         api::<Habitat>(&client, ns),
         watcher::Config::default(),
         drop_managed_fields,
+        move |e| habitats_index.habitat_event(e),
     );
     let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
-    let by_secret = habitat_store.clone();
-    let by_pod = habitat_store.clone();
+    let by_secret = index.clone();
+    let by_pod = (habitat_store.clone(), index.clone());
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -310,7 +329,9 @@ pub async fn run(
             budgets: pdb_store.clone(),
             pods: pod_store.clone(),
             secrets: secret_store.clone(),
+            index,
         },
+        secrets: reader,
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -328,6 +349,7 @@ pub async fn run(
         generated_keys: Mutex::new(Default::default()),
         key_generation: tokio::sync::Mutex::new(()),
         last_failure: Mutex::new(Default::default()),
+        written_over: Mutex::new(Default::default()),
         synced: ready.clone(),
     });
 
@@ -349,8 +371,10 @@ pub async fn run(
         .owns_stream(cms)
         .owns_stream(svcs)
         .owns_stream(pdbs)
-        .watches_stream(pods, move |p: Pod| pod_watchers(&by_pod, &p))
-        .watches_stream(secrets, move |s: Secret| referencing(&by_secret, &s))
+        .watches_stream(pods, move |p: Pod| pod_watchers(&by_pod.0, &by_pod.1, &p))
+        .watches_stream(secrets, move |s: PartialObjectMeta<Secret>| {
+            referencing(&by_secret, &s)
+        })
         .reconcile_all_on(futures::stream::unfold(api_back, |n| async move {
             n.notified().await;
             Some(((), n))
@@ -385,55 +409,36 @@ async fn synced<K: kube::Resource<DynamicType = ()> + Clone + 'static>(store: &S
 }
 
 /// The Habitats a pod matters to: its own, and those that bind to its Habitat's service group
-/// (their peer files name one of its pods).
-fn pod_watchers(habitats: &Store<Habitat>, p: &Pod) -> Vec<ObjectRef<Habitat>> {
+/// (their peer files name one of its pods). Looked up in the indexes: no walk over all Habitats.
+fn pod_watchers(habitats: &Store<Habitat>, index: &Indexes, p: &Pod) -> Vec<ObjectRef<Habitat>> {
     let (Some(ns), Some(name)) = (p.namespace(), p.labels().get(LABEL_NAME)) else {
         return vec![];
     };
-    let mut refs = vec![ObjectRef::new(name).within(&ns)];
-    let own = habitats.get(&ObjectRef::new(name).within(&ns));
-    if let Some(own) = own {
+    let own = ObjectRef::new(name).within(&ns);
+    let mut refs = vec![own.clone()];
+    if let Some(own) = habitats.get(&own) {
         let svc = &own.spec.service;
         refs.extend(
-            habitats
-                .state()
-                .iter()
-                .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|h| {
-                    h.spec
-                        .service
-                        .bind
-                        .iter()
-                        .any(|b| b.service == svc.name && b.group == svc.group)
-                })
-                .map(|h| ObjectRef::from_obj(&**h)),
+            index
+                .habitats_by_bind
+                .refs(&index::key(&[&ns, &svc.name, &svc.group])),
         );
     }
     refs
 }
 
 /// The Habitats that name a Secret (config, files, ring key) or use its ring.
-fn referencing(habitats: &Store<Habitat>, s: &Secret) -> Vec<ObjectRef<Habitat>> {
-    let name = s.name_any();
-    let ns = s.namespace();
-    let ring = s.labels().get(LABEL_RING);
-    habitats
-        .state()
-        .into_iter()
-        .filter(|h| h.namespace() == ns)
-        .filter(|h| {
-            let svc = &h.spec.service;
-            [
-                &svc.config_secret_name,
-                &svc.files_secret_name,
-                &svc.ring_secret_name,
-            ]
-            .iter()
-            .any(|n| n.as_deref() == Some(name.as_str()))
-                || (ring.is_some() && svc.ring.as_ref().map(|r| &r.name) == ring)
-        })
-        .map(|h| ObjectRef::from_obj(&*h))
-        .collect()
+fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Habitat>> {
+    let ns = s.namespace().unwrap_or_default();
+    let mut refs = index
+        .habitats_by_secret
+        .refs(&index::secret_key(&ns, &s.name_any()));
+    if let Some(ring) = s.labels().get(LABEL_RING) {
+        refs.extend(index.habitats_by_secret.refs(&index::ring_key(&ns, ring)));
+    }
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    refs.dedup();
+    refs
 }
 
 #[cfg(test)]
