@@ -177,19 +177,6 @@ fn record_deletions(env: &Env) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHan
     (order, task)
 }
 
-async fn image_of_all(env: &Env, habitat: &str, image: &str) -> bool {
-    let pods = env.pods(habitat).await;
-    pods.len() == 5
-        && pods.iter().all(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.spec
-                    .as_ref()
-                    .and_then(|s| s.containers.first())
-                    .and_then(|c| c.image.as_deref())
-                    == Some(image)
-        })
-}
-
 async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_leader_last(
     ground: Ground,
 ) {
@@ -204,7 +191,7 @@ async fn an_update_of_five_members_restarts_followers_one_at_a_time_and_the_lead
     wait_for(
         Duration::from_secs(60),
         "every pod at the new image",
-        || image_of_all(&env, "group", "kinvolk/redis-hab:v2"),
+        || env.all_pods_at_image("group", 5, "kinvolk/redis-hab:v2"),
     )
     .await;
     env.wait_phase("group", "Ready", timeout(&env)).await;
@@ -240,7 +227,7 @@ async fn killing_the_leader_during_an_update_still_completes_the_rollout(ground:
     wait_for(
         Duration::from_secs(60),
         "every pod at the new image",
-        || image_of_all(&env, "group", "kinvolk/redis-hab:v3"),
+        || env.all_pods_at_image("group", 5, "kinvolk/redis-hab:v3"),
     )
     .await;
     let h = env.wait_phase("group", "Ready", timeout(&env)).await;

@@ -170,19 +170,6 @@ where
     (window, counted, releases)
 }
 
-async fn all_at_image(env: &Env, name: &str, count: usize, image: &str) -> bool {
-    let pods = env.pods(name).await;
-    pods.len() == count
-        && pods.iter().all(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.spec
-                    .as_ref()
-                    .and_then(|s| s.containers.first())
-                    .and_then(|c| c.image.as_deref())
-                    == Some(image)
-        })
-}
-
 async fn image_update(ground: Ground, count: usize) -> Duration {
     let env = match Env::start_with(ground, &format!("quorum-update-{count}"), true).await {
         Some(env) => env,
@@ -196,7 +183,7 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
         &name,
         &format!("image update of {count}"),
         r#"{"spec":{"image":"kinvolk/redis-hab:v2"}}"#,
-        || all_at_image(&env, &name, count, "kinvolk/redis-hab:v2"),
+        || env.all_pods_at_image(&name, count, "kinvolk/redis-hab:v2"),
     )
     .await;
     // The status names the release every member runs, and `-o wide` shows it.
@@ -258,7 +245,7 @@ async fn a_scale_down_from_five_to_three(ground: Ground) {
         name,
         "scale-down 5 to 3",
         r#"{"spec":{"count":3}}"#,
-        || all_at_image(&env, name, 3, "kinvolk/redis-hab:v1"),
+        || env.all_pods_at_image(name, 3, "kinvolk/redis-hab:v1"),
     )
     .await;
 }

@@ -487,6 +487,20 @@ impl Env {
         pods
     }
 
+    /// Whether `habitat` has exactly `count` pods, none of them terminating, all running `image`.
+    pub async fn all_pods_at_image(&self, habitat: &str, count: usize, image: &str) -> bool {
+        let pods = self.pods(habitat).await;
+        pods.len() == count
+            && pods.iter().all(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.spec
+                        .as_ref()
+                        .and_then(|s| s.containers.first())
+                        .and_then(|c| c.image.as_deref())
+                        == Some(image)
+            })
+    }
+
     /// The address in the Habitat's peer file.
     pub async fn peer_ip(&self, habitat: &str) -> String {
         let cm = self
