@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::ResourceExt;
 use support::{timeout, wait_for, Env, Ground};
@@ -75,12 +75,7 @@ async fn wait_condition(
 }
 
 async fn warning_reasons(env: &Env) -> BTreeSet<String> {
-    let events = env
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let events = env.events().await;
     events
         .into_iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))

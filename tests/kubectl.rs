@@ -6,8 +6,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::ListParams;
 use support::{timeout, wait_for, Ground};
 
 async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_conditions_and_events(
@@ -100,12 +98,7 @@ async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_condit
         );
     }
     // No Event repeats itself: each (reason, note) once, none with a series.
-    let events = env
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let events = env.events().await;
     let mut seen = std::collections::BTreeSet::new();
     for e in events
         .iter()

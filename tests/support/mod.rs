@@ -63,7 +63,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
@@ -485,6 +485,15 @@ impl Env {
             .unwrap_or_default();
         pods.sort_by_key(|p| p.name_any());
         pods
+    }
+
+    /// The Events of the test's namespace (none when the list fails).
+    pub async fn events(&self) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
     }
 
     /// Whether `habitat` has exactly `count` pods, none of them terminating, all running `image`.
