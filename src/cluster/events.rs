@@ -2,10 +2,18 @@
 //! path it took), per distinct failure, per
 //! condition that asks the user to act, and per action worth telling (key generated, pod
 //! replaced, leader changed). Publishing is best effort: a lost Event never fails a reconcile.
+//!
+//! Reconciles never wait for an Event: they hand it to an [`EventSink`], whose background task
+//! records it (client-go's `EventBroadcaster` works the same way). A reconcile worker's time goes
+//! to the writes that move a Habitat forward, not to Events about it.
+
+use std::sync::Arc;
 
 use habitat_machine::Phase;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::api::Habitat;
 use crate::error::truncate;
@@ -57,9 +65,62 @@ impl Note {
     }
 }
 
-/// Publishes `notes` about `h`.
-pub async fn publish(recorder: &Recorder, h: &Habitat, notes: &[Note]) {
-    let reference = h.object_ref(&());
+/// Hands Events to a background task that records them, so that a reconcile never waits for
+/// them. The queue is bounded: when it is full (the API server is far behind), further Events are
+/// dropped and logged, as client-go's broadcaster drops them. One pass's Events are recorded in
+/// order; up to [`EventSink::CONCURRENCY`] passes' Events are in flight at once.
+#[derive(Clone)]
+pub struct EventSink {
+    queue: mpsc::Sender<(ObjectReference, Vec<Note>)>,
+}
+
+impl EventSink {
+    /// Events queued at most before new ones are dropped.
+    pub const CAPACITY: usize = 4096;
+    /// Passes whose Events are recorded at once.
+    pub const CONCURRENCY: usize = 4;
+
+    /// Starts the task that records Events with `recorder`; it ends when every sink is dropped,
+    /// once the queue is drained. Must be called within a Tokio runtime.
+    pub fn spawn(recorder: Recorder) -> Self {
+        let (queue, mut rx) = mpsc::channel::<(ObjectReference, Vec<Note>)>(Self::CAPACITY);
+        tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(Self::CONCURRENCY));
+            while let Some((reference, notes)) = rx.recv().await {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let recorder = recorder.clone();
+                tokio::spawn(async move {
+                    publish(&recorder, &reference, &notes).await;
+                    drop(slot);
+                });
+            }
+        });
+        EventSink { queue }
+    }
+
+    /// Queues `notes` about `h`; returns at once.
+    pub fn send(&self, h: &Habitat, notes: Vec<Note>) {
+        if notes.is_empty() {
+            return;
+        }
+        if let Err(e) = self.queue.try_send((h.object_ref(&()), notes)) {
+            let (reason, dropped) = match e {
+                mpsc::error::TrySendError::Full((_, n)) => ("the Event queue is full", n),
+                mpsc::error::TrySendError::Closed((_, n)) => ("the Event task has stopped", n),
+            };
+            tracing::warn!(
+                name = %h.metadata.name.as_deref().unwrap_or_default(),
+                events = dropped.len(),
+                "Events dropped: {reason}"
+            );
+        }
+    }
+}
+
+/// Records `notes` about the object `reference`, in order.
+pub async fn publish(recorder: &Recorder, reference: &ObjectReference, notes: &[Note]) {
     for n in notes {
         let event = Event {
             type_: if n.warning {
@@ -72,7 +133,7 @@ pub async fn publish(recorder: &Recorder, h: &Habitat, notes: &[Note]) {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        match recorder.publish(&event, &reference).await {
+        match recorder.publish(&event, reference).await {
             Ok(()) => {}
             // A namespace being deleted refuses new Events; the Habitat goes away with it.
             Err(e) if crate::error::is_namespace_terminating(&e) => {

@@ -41,10 +41,15 @@ pub async fn act(
     let ns = h
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
+    let recent = &ctx.stores.recent;
     match step {
         Step::ApplyPeerConfig => {
             let cm = peer_config(h, &desired.peers);
-            snap.peer_config = Some(apply(&ctx.client, &cm).await?);
+            let written = apply(&ctx.client, &cm).await?;
+            recent
+                .config_maps
+                .record(snap.peer_config.as_ref(), &written);
+            snap.peer_config = Some(written);
         }
         Step::ResolveRingKey => {
             if let KeyState::ToGenerate { ring } = &snap.key {
@@ -63,12 +68,24 @@ pub async fn act(
             else {
                 return Ok(());
             };
-            snap.statefulset = Some(apply(&ctx.client, statefulset).await?);
-            snap.headless = Some(apply(&ctx.client, headless).await?);
+            let written = apply(&ctx.client, statefulset).await?;
+            recent
+                .statefulsets
+                .record(snap.statefulset.as_ref(), &written);
+            snap.statefulset = Some(written);
+            let written = apply(&ctx.client, headless).await?;
+            recent.services.record(snap.headless.as_ref(), &written);
+            snap.headless = Some(written);
             match leader {
                 Some((svc, pdb)) => {
-                    snap.leader_service = Some(apply(&ctx.client, svc).await?);
-                    snap.budget = Some(apply(&ctx.client, pdb).await?);
+                    let written = apply(&ctx.client, svc).await?;
+                    recent
+                        .services
+                        .record(snap.leader_service.as_ref(), &written);
+                    snap.leader_service = Some(written);
+                    let written = apply(&ctx.client, pdb).await?;
+                    recent.budgets.record(snap.budget.as_ref(), &written);
+                    snap.budget = Some(written);
                 }
                 None => {
                     if snap.leader_service.take().is_some() {

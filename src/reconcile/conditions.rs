@@ -120,6 +120,25 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Whether `reason`, on a condition that is not True, only says the workload is still on its
+    /// way (pods starting, an election running): expected while it converges, and a change
+    /// between two such reasons is progress, not news.
+    pub fn is_progress(reason: &str) -> bool {
+        [
+            Reason::PeerConfigPending,
+            Reason::NotApplied,
+            Reason::ReplicasNotReady,
+            Reason::NoQuorum,
+            Reason::ElectionInProgress,
+            Reason::NoElection,
+            Reason::CensusUnreachable,
+            Reason::CensusPending,
+            Reason::NotYetReady,
+        ]
+        .iter()
+        .any(|r| r.as_str() == reason)
+    }
+
     /// The `reason` field.
     pub fn as_str(self) -> &'static str {
         match self {

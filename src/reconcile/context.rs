@@ -7,15 +7,16 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::Client;
 
 use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
+use crate::cluster::events::EventSink;
 use crate::reconcile::index::Indexes;
 use crate::reconcile::metrics::Metrics;
+use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
 
@@ -38,6 +39,8 @@ pub struct Stores {
     pub secrets: Store<PartialObjectMeta<Secret>>,
     /// Secondary indexes over these caches, fed by the same watches.
     pub index: Indexes,
+    /// This process's writes of children the caches do not show yet.
+    pub recent: Arc<RecentWrites>,
 }
 
 /// Shared state of the controller.
@@ -48,8 +51,8 @@ pub struct Context {
     pub stores: Stores,
     /// Reads the contents of the Secrets a Habitat uses, when their version changes.
     pub secrets: SecretReader,
-    /// Records Kubernetes Events.
-    pub recorder: Recorder,
+    /// Records Kubernetes Events, in the background.
+    pub events: EventSink,
     /// Metric families.
     pub metrics: Metrics,
     /// How long a settled standalone Habitat waits before it is looked at again unchanged.
@@ -69,6 +72,9 @@ pub struct Context {
     /// handed that version again comes from a cache the write has not reached yet, and would
     /// walk the phases a second time (the same applies, a repeated Event).
     pub written_over: Mutex<HashMap<String, String>>,
+    /// Per object uid, when this process last wrote the status of a Habitat whose workload
+    /// converges: the ready count is written at most once per `status::PROGRESS_INTERVAL`.
+    pub status_written: Mutex<HashMap<String, std::time::Instant>>,
     /// Every cache has seen its first full list. Until then nothing is decided: a missing ring
     /// key in an unsynced cache would be generated a second time.
     pub synced: std::sync::Arc<std::sync::atomic::AtomicBool>,

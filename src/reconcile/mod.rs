@@ -16,6 +16,7 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod peer;
+pub mod recent;
 pub mod requeue;
 pub mod ring;
 pub mod rollout;
@@ -34,14 +35,14 @@ use kube::{Api, ResourceExt};
 
 use crate::api::{Habitat, Topology, UpdateStrategy, FINALIZER};
 use crate::cluster::apply::FIELD_MANAGER;
-use crate::cluster::events::{self, Note};
+use crate::cluster::events::Note;
 use crate::error::{Disposition, Error};
 use crate::reconcile::act::{act, remembered_key};
 use crate::reconcile::conditions::Reason;
 use crate::reconcile::context::Context;
 use decide::Decider;
 use observe::observe;
-use status::{Inputs, Outcome};
+use status::{Inputs, Outcome, Worth};
 
 /// Steps one reconcile may take before it yields (each step changes one fact).
 const MAX_STEPS: usize = 16;
@@ -177,24 +178,62 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         now,
     });
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
-    if status::worth_writing(&new, &old, pass.phase) {
-        let written = persist(ctx, h, &ns, new).await?;
-        // Marked only when the write made a new version: after a write that changed nothing
-        // (the server already held this status) no newer copy would ever come to clear it.
-        if let (Some(before), Some(after)) = (h.resource_version(), written) {
-            if before != after {
-                ctx.written_over
+    let converging = matches!(
+        pass.phase,
+        Phase::Deploying | Phase::Updating | Phase::LeaderElected
+    );
+    let mut deferred = None;
+    match status::worth_writing(&new, &old, pass.phase, last_written(ctx, &uid)) {
+        Worth::Nothing => {}
+        Worth::Later(wait) => deferred = Some(wait),
+        Worth::Now => {
+            let written = persist(ctx, h, &ns, new).await?;
+            if converging {
+                ctx.status_written
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(uid.clone(), before);
+                    .insert(uid.clone(), std::time::Instant::now());
+            }
+            // Marked only when the write made a new version: after a write that changed nothing
+            // (the server already held this status) no newer copy would ever come to clear it.
+            if let (Some(before), Some(after)) = (h.resource_version(), written) {
+                if before != after {
+                    ctx.written_over
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(uid.clone(), before);
+                }
             }
         }
     }
-    events::publish(&ctx.recorder, h, &notes).await;
+    // Only converging Habitats are remembered (the others' next write is never deferred).
+    if !converging {
+        ctx.status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
+    }
+    ctx.events.send(h, notes);
     match pass.failure {
         Some(e) => Err(e),
-        None => Ok(next_action(ctx, h, &uid, &pass.outcome)),
+        None => Ok(
+            // A deferred progress write is looked at again when it is due.
+            match (next_requeue(ctx, h, &uid, &pass.outcome), deferred) {
+                (Some(after), Some(wait)) => Action::requeue(after.min(wait)),
+                (None, Some(wait)) | (Some(wait), None) => Action::requeue(wait),
+                (None, None) => Action::await_change(),
+            },
+        ),
     }
+}
+
+/// How long ago this process last wrote the status of the converging Habitat `uid`.
+fn last_written(ctx: &Context, uid: &str) -> Option<Duration> {
+    ctx.status_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(uid)
+        .map(std::time::Instant::elapsed)
 }
 
 /// Whether the supervisors may change the package themselves (`updateStrategy` other than
@@ -429,27 +468,27 @@ async fn persist(
 }
 
 /// When to look at the object again, given how the reconcile ended.
-fn next_action(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Action {
+fn next_requeue(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Option<Duration> {
     // Leader groups, and supervisors following a channel, are re-read at the census' pace.
     let leader = h.spec.service.topology == Topology::Leader || follows_channel(h);
     match outcome {
-        Outcome::Busy => Action::requeue(Duration::from_millis(200)),
+        Outcome::Busy => Some(Duration::from_millis(200)),
         // Not reached: a failed pass returns its error, and `error_policy` picks the delay.
-        Outcome::Failed(_) => Action::requeue(Duration::from_secs(1)),
+        Outcome::Failed(_) => Some(Duration::from_secs(1)),
         // The namespace refuses new objects: its deletion takes the Habitat along, and that
         // deletion (or any other change) wakes the object. No backoff: this is not a failure.
-        Outcome::NamespaceTerminating => Action::await_change(),
+        Outcome::NamespaceTerminating => None,
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
             let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
             ctx.metrics.backoff(delay.as_secs_f64());
-            Action::requeue(delay)
+            Some(delay)
         }
-        Outcome::Waiting(Blocker::Rollout) => Action::requeue(ROLLOUT_POLL),
-        Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => Action::await_change(),
+        Outcome::Waiting(Blocker::Rollout) => Some(ROLLOUT_POLL),
+        Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => None,
         Outcome::Waiting(_) => {
             ctx.backoffs.reset(uid);
-            Action::requeue(if leader { LEADER_POLL } else { ctx.resync })
+            Some(if leader { LEADER_POLL } else { ctx.resync })
         }
     }
 }
@@ -527,15 +566,16 @@ mod tests {
                 pods: reflector::store().0,
                 secrets: reflector::store().0,
                 index: Default::default(),
+                recent: Default::default(),
             },
             secrets: Default::default(),
-            recorder: Recorder::new(
+            events: crate::cluster::events::EventSink::spawn(Recorder::new(
                 client,
                 Reporter {
                     controller: crate::api::MANAGER.into(),
                     instance: None,
                 },
-            ),
+            )),
             metrics: Metrics::default(),
             resync: crate::reconcile::requeue::RESYNC,
             census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
@@ -545,6 +585,7 @@ mod tests {
             key_generation: tokio::sync::Mutex::new(()),
             last_failure: Mutex::new(Default::default()),
             written_over: Mutex::new(Default::default()),
+            status_written: Mutex::new(Default::default()),
             synced: Arc::new(AtomicBool::new(true)),
         })
     }

@@ -12,6 +12,7 @@ use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
 use crate::reconcile::index;
+use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
 use crate::reconcile::secrets::SecretsView;
 
@@ -74,14 +75,16 @@ pub struct Snapshot {
     pub replaced_pod: bool,
 }
 
-fn get<K>(store: &Store<K>, h: &Habitat, name: &str) -> Option<K>
+/// The cache's copy of `name`, or this process's write of it when the cache lags behind.
+fn get<K>(store: &Store<K>, recent: &Recent<K>, h: &Habitat, name: &str) -> Option<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let ns = h.namespace().unwrap_or_default();
-    store
+    let cached = store
         .get(&ObjectRef::new(name).within(&ns))
-        .map(|o| (*o).clone())
+        .map(|o| (*o).clone());
+    recent.fresher(&ns, name, cached)
 }
 
 /// Reads the snapshot of `h` from the caches, through their indexes: it touches the objects of
@@ -125,16 +128,27 @@ pub fn observe(
                 .collect()
         })
         .collect();
+    let recent = &stores.recent;
     let mut key = ring::resolve(h, secrets);
     if let (KeyState::ToGenerate { .. }, Some(k)) = (&key, generated) {
         key = KeyState::Ready(k);
     }
     Snapshot {
-        statefulset: get(&stores.statefulsets, h, &name),
-        peer_config: get(&stores.config_maps, h, &h.peer_config_name()),
-        headless: get(&stores.services, h, &name),
-        leader_service: get(&stores.services, h, &h.leader_service_name()),
-        budget: get(&stores.budgets, h, &name),
+        statefulset: get(&stores.statefulsets, &recent.statefulsets, h, &name),
+        peer_config: get(
+            &stores.config_maps,
+            &recent.config_maps,
+            h,
+            &h.peer_config_name(),
+        ),
+        headless: get(&stores.services, &recent.services, h, &name),
+        leader_service: get(
+            &stores.services,
+            &recent.services,
+            h,
+            &h.leader_service_name(),
+        ),
+        budget: get(&stores.budgets, &recent.budgets, h, &name),
         pods,
         bound_pods,
         key,

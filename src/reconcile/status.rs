@@ -192,43 +192,91 @@ pub fn same(a: &HabitatStatus, b: &HabitatStatus) -> bool {
     strip(a) == strip(b) && conditions::same(&a.conditions, &b.conditions)
 }
 
-/// Whether `new` is worth a status write over `old`, the status the object carries, when the
-/// pass ended in `phase`. While the workload converges (Deploying, Updating, LeaderElected) the
-/// pods' progress changes the observed pod count, the peer address and condition messages
-/// several times; those ride along with the next change that matters: the phase, the observed
-/// generation, the ready count, the ring key, the leader, a condition's status, or the reason of
-/// a condition that is not True. So a standalone Habitat's way to Ready costs two writes (it
-/// leaves Pending; it becomes Ready). In every other phase any difference is written.
-pub fn worth_writing(new: &HabitatStatus, old: &HabitatStatus, phase: Phase) -> bool {
+/// What a status that differs from the stored one is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Worth {
+    /// Nothing: it says what the stored status says, or only what rides along with the next
+    /// change that matters.
+    Nothing,
+    /// A write now.
+    Now,
+    /// A write once this much more time has passed, if it still differs then: the workload's
+    /// progress while it converges, written at most once per [`PROGRESS_INTERVAL`].
+    Later(Duration),
+}
+
+/// How often progress is written while the workload converges (the READY column counts up at
+/// this pace; the phase change that ends the convergence is written at once).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What `new` is worth over `old`, the status the object carries, when the pass ended in
+/// `phase`, `since` after this process last wrote this object's status (None: not since it
+/// started).
+///
+/// While the workload converges (Deploying, Updating, LeaderElected) the pods' progress changes
+/// the observed pod count, the peer address and condition messages several times; those ride
+/// along with the next change that matters: the phase, the observed generation, the ring key,
+/// the leader, a change of the release, a condition's status, or a condition that is not True
+/// taking a reason the user may have to act on. Progress (the ready count, the first census
+/// reading, or a condition moving from one reason of a workload on its way to another,
+/// [`R::is_progress`]: an election starting, pods becoming ready) is written too, since a user watching a slow rollout wants to see it
+/// move, but at most once per [`PROGRESS_INTERVAL`]. So a Habitat's way to Ready costs two
+/// writes when its pods come up within that interval (it leaves Pending; it becomes Ready),
+/// whatever its count. In every other phase any difference is written at once.
+pub fn worth_writing(
+    new: &HabitatStatus,
+    old: &HabitatStatus,
+    phase: Phase,
+    since: Option<Duration>,
+) -> Worth {
     if same(new, old) {
-        return false;
+        return Worth::Nothing;
     }
     let converging = matches!(
         phase,
         Phase::Deploying | Phase::Updating | Phase::LeaderElected
     );
-    !converging || material(new) != material(old)
+    // The first census reading (the release, and MixedReleases=False: one release) is progress.
+    let first_reading = old.release.is_none();
+    fn news(s: &HabitatStatus, first_reading: bool) -> Material<'_> {
+        let mut m = material(s, false);
+        if first_reading {
+            m.4 = None;
+        }
+        m.5.retain(|(t, status, _)| (*t, *status) != (T::MixedReleases.as_str(), "False"));
+        m
+    }
+    if !converging || news(new, first_reading) != news(old, first_reading) {
+        return Worth::Now;
+    }
+    if new.ready_replicas == old.ready_replicas && material(new, true) == material(old, true) {
+        return Worth::Nothing;
+    }
+    match since {
+        Some(since) if since < PROGRESS_INTERVAL => Worth::Later(PROGRESS_INTERVAL - since),
+        _ => Worth::Now,
+    }
 }
 
 type Material<'a> = (
     Option<&'a str>,
     Option<i64>,
-    i32,
     Option<&'a str>,
     Option<&'a str>,
     Option<&'a str>,
-    std::collections::BTreeSet<(&'a str, &'a str, &'a str)>,
+    BTreeSet<(&'a str, &'a str, &'a str)>,
 );
 
-fn material(s: &HabitatStatus) -> Material<'_> {
+/// What of `s` is news: with `progress`, the reasons of conditions on their way too.
+fn material(s: &HabitatStatus, progress: bool) -> Material<'_> {
     let conditions = s
         .conditions
         .iter()
         .map(|c| {
-            let reason = if c.status == "True" {
-                ""
-            } else {
-                c.reason.as_str()
+            let reason = match c.reason.as_str() {
+                _ if c.status == "True" => "",
+                r if !progress && R::is_progress(r) => "progress",
+                r => r,
             };
             (c.type_.as_str(), c.status.as_str(), reason)
         })
@@ -236,7 +284,6 @@ fn material(s: &HabitatStatus) -> Material<'_> {
     (
         s.phase.as_deref(),
         s.observed_generation,
-        s.ready_replicas,
         s.ring_secret_name.as_deref(),
         s.leader.as_deref(),
         s.release.as_deref(),
@@ -547,8 +594,10 @@ mod tests {
 
     #[test]
     fn while_deploying_only_material_changes_are_written() {
+        let w =
+            |new: &HabitatStatus, old: &HabitatStatus, phase| worth_writing(new, old, phase, None);
         let old = deploying();
-        assert!(!worth_writing(&old, &old, Phase::Deploying));
+        assert_eq!(w(&old, &old, Phase::Deploying), Worth::Nothing);
         // The pod was created and got an address; the peer file names it: not worth a write.
         let mut new = old.clone();
         new.replicas = 1;
@@ -559,21 +608,17 @@ mod tests {
             "PeerSelected",
             "the peer file points to 10.0.0.1",
         );
-        assert!(!worth_writing(&new, &old, Phase::Deploying));
+        assert_eq!(w(&new, &old, Phase::Deploying), Worth::Nothing);
         // The same difference in a settled phase is written.
         let mut settled_old = old.clone();
         settled_old.phase = Some("Ready".into());
         let mut settled_new = new.clone();
         settled_new.phase = Some("Ready".into());
-        assert!(worth_writing(&settled_new, &settled_old, Phase::Ready));
-        // A pod became ready (leader groups count up), a condition flipped, or a failing
-        // condition's reason changed: written.
-        let mut ready = new.clone();
-        ready.ready_replicas = 1;
-        assert!(worth_writing(&ready, &old, Phase::Deploying));
+        assert_eq!(w(&settled_new, &settled_old, Phase::Ready), Worth::Now);
+        // A condition flipped, or a failing condition's reason changed: written.
         let mut flipped = new.clone();
         flipped.conditions[1] = condition("Available", "True", "AllReplicasReady", "1/1");
-        assert!(worth_writing(&flipped, &old, Phase::Deploying));
+        assert_eq!(w(&flipped, &old, Phase::Deploying), Worth::Now);
         let mut failing = new.clone();
         failing.conditions[1] = condition(
             "Available",
@@ -581,14 +626,103 @@ mod tests {
             "ReferencedSecretMissing",
             "Secret x is gone",
         );
-        assert!(worth_writing(&failing, &old, Phase::Deploying));
+        assert_eq!(w(&failing, &old, Phase::Deploying), Worth::Now);
         // The running release (the RELEASE column, `mixed` during a rolling update): written.
         let mut release = new.clone();
         release.release = Some("mixed".into());
-        assert!(worth_writing(&release, &old, Phase::Deploying));
+        assert_eq!(w(&release, &old, Phase::Deploying), Worth::Now);
         // Leaving the phase is always written.
         let mut next = new;
         next.phase = Some("Ready".into());
-        assert!(worth_writing(&next, &old, Phase::Ready));
+        assert_eq!(
+            worth_writing(&next, &old, Phase::Ready, Some(Duration::ZERO)),
+            Worth::Now
+        );
+    }
+
+    #[test]
+    fn the_ready_count_is_written_at_most_once_per_progress_interval_while_converging() {
+        let old = deploying();
+        let mut ready = old.clone();
+        ready.ready_replicas = 1;
+        // Nothing written by this process yet (it just started): written.
+        assert_eq!(
+            worth_writing(&ready, &old, Phase::Deploying, None),
+            Worth::Now
+        );
+        // Written a second ago: again in four seconds, if it still differs then.
+        assert_eq!(
+            worth_writing(&ready, &old, Phase::Deploying, Some(Duration::from_secs(1))),
+            Worth::Later(Duration::from_secs(4))
+        );
+        assert_eq!(
+            worth_writing(
+                &ready,
+                &old,
+                Phase::LeaderElected,
+                Some(Duration::from_secs(1))
+            ),
+            Worth::Later(Duration::from_secs(4))
+        );
+        assert_eq!(
+            worth_writing(&ready, &old, Phase::Deploying, Some(PROGRESS_INTERVAL)),
+            Worth::Now
+        );
+        // An election starting is progress too; a condition that asks the user to act is not.
+        let mut electing = old.clone();
+        electing.conditions.push(condition(
+            "LeaderElected",
+            "False",
+            "CensusUnreachable",
+            "no pod runs",
+        ));
+        let mut voting = electing.clone();
+        voting.conditions.last_mut().expect("a condition").reason = "ElectionInProgress".into();
+        let soon = Some(Duration::from_secs(1));
+        assert_eq!(
+            worth_writing(&voting, &electing, Phase::Deploying, soon),
+            Worth::Later(Duration::from_secs(4))
+        );
+        let mut missing = electing.clone();
+        missing.conditions.last_mut().expect("a condition").reason =
+            "ReferencedSecretMissing".into();
+        assert_eq!(
+            worth_writing(&missing, &electing, Phase::Deploying, soon),
+            Worth::Now
+        );
+        // The first census reading (a release, one release among the members) is progress; a
+        // change of release is news.
+        let mut read = old.clone();
+        read.release = Some("1.0/1".into());
+        read.conditions.push(condition(
+            "MixedReleases",
+            "False",
+            "OneRelease",
+            "every alive member runs 1.0/1",
+        ));
+        assert_eq!(
+            worth_writing(&read, &old, Phase::Deploying, soon),
+            Worth::Later(Duration::from_secs(4))
+        );
+        let mut mixed = read.clone();
+        mixed.release = Some("mixed".into());
+        assert_eq!(
+            worth_writing(&mixed, &read, Phase::Deploying, soon),
+            Worth::Now
+        );
+        // Outside convergence a changed count is written at once.
+        let mut settled_old = old.clone();
+        settled_old.phase = Some("Ready".into());
+        let mut settled_new = ready.clone();
+        settled_new.phase = Some("Ready".into());
+        assert_eq!(
+            worth_writing(
+                &settled_new,
+                &settled_old,
+                Phase::Ready,
+                Some(Duration::ZERO)
+            ),
+            Worth::Now
+        );
     }
 }

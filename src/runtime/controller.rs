@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
+use crate::cluster::events::EventSink;
 use crate::reconcile::context::{Context, Stores};
 use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
@@ -330,15 +331,16 @@ pub async fn run(
             pods: pod_store.clone(),
             secrets: secret_store.clone(),
             index,
+            recent: Default::default(),
         },
         secrets: reader,
-        recorder: Recorder::new(
+        events: EventSink::spawn(Recorder::new(
             client.clone(),
             Reporter {
                 controller: MANAGER.into(),
                 instance: std::env::var("POD_NAME").ok(),
             },
-        ),
+        )),
         metrics: metrics.clone(),
         resync: settings.resync,
         census: Arc::new(HttpCensus::new(
@@ -350,6 +352,7 @@ pub async fn run(
         key_generation: tokio::sync::Mutex::new(()),
         last_failure: Mutex::new(Default::default()),
         written_over: Mutex::new(Default::default()),
+        status_written: Mutex::new(Default::default()),
         synced: ready.clone(),
     });
 

@@ -1,0 +1,183 @@
+//! The children this process wrote, until the caches show them (client-go's `MutationCache`).
+//!
+//! A reconcile applies a child and gets the server's answer back; the watch delivers the same
+//! object to the cache a little later. A reconcile of the same Habitat that runs in between (woken
+//! by another child's event) would find the cache's older copy, judge the child out of date and
+//! apply it again: a write that changes nothing. So each write is remembered with the version it
+//! replaced, and [`Recent::fresher`] answers the written object while the cache still shows that
+//! version (or, for a create, nothing). Once the cache shows anything else, or after [`TTL`], the
+//! cache is the truth again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::{Resource, ResourceExt};
+
+/// How long a write is trusted over the cache. Watches deliver within milliseconds; a watch this
+/// far behind is better answered by a repeated (idempotent) apply.
+pub const TTL: Duration = Duration::from_secs(5);
+
+/// Entries kept before expired ones are swept.
+const SWEEP_AT: usize = 1024;
+
+struct Entry<K> {
+    written: K,
+    /// The resourceVersion of the copy the write replaced; None when it created the object.
+    replaced: Option<String>,
+    at: Instant,
+}
+
+/// Recent writes of one kind, by (namespace, name).
+pub struct Recent<K> {
+    entries: Mutex<HashMap<(String, String), Entry<K>>>,
+}
+
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Recent {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Resource + Clone> Recent<K> {
+    /// Remembers `written`, the server's answer to a write made over `before` (the copy the
+    /// reconcile saw; None when there was none).
+    pub fn record(&self, before: Option<&K>, written: &K) {
+        let Some(namespace) = written.namespace() else {
+            return;
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= SWEEP_AT {
+            entries.retain(|_, e| e.at.elapsed() < TTL);
+        }
+        entries.insert(
+            (namespace, written.name_any()),
+            Entry {
+                written: written.clone(),
+                replaced: before.and_then(|b| b.resource_version()),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// `cached`, the cache's copy of `namespace/name`, or the object this process wrote over it
+    /// when the cache has not caught up with that write yet.
+    pub fn fresher(&self, namespace: &str, name: &str, cached: Option<K>) -> Option<K> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        let Some(entry) = entries.get(&key) else {
+            return cached;
+        };
+        let behind = entry.at.elapsed() < TTL
+            && match &cached {
+                None => entry.replaced.is_none(),
+                Some(c) => {
+                    let version = c.resource_version();
+                    version.is_some() && version == entry.replaced
+                }
+            };
+        if behind {
+            return Some(entry.written.clone());
+        }
+        // Caught up, moved on (another writer, a deletion), or too old: the cache decides.
+        entries.remove(&key);
+        cached
+    }
+
+    /// How many writes are remembered.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no write is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Recent writes of every kind of child that is applied.
+#[derive(Default)]
+pub struct RecentWrites {
+    /// StatefulSets.
+    pub statefulsets: Recent<StatefulSet>,
+    /// Peer ConfigMaps.
+    pub config_maps: Recent<ConfigMap>,
+    /// Headless and leader Services.
+    pub services: Recent<Service>,
+    /// PodDisruptionBudgets.
+    pub budgets: Recent<PodDisruptionBudget>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn cm(version: &str, peer: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("web-peer".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("peer-ip".to_string(), peer.to_string())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn peer(c: Option<ConfigMap>) -> Option<String> {
+        c.and_then(|c| c.data)
+            .and_then(|d| d.get("peer-ip").cloned())
+    }
+
+    #[test]
+    fn a_write_is_answered_until_the_cache_shows_it() {
+        let recent = Recent::<ConfigMap>::default();
+        let before = cm("5", "");
+        recent.record(Some(&before), &cm("9", "10.0.0.1"));
+        // The cache still holds the replaced version: the written one answers.
+        assert_eq!(
+            peer(recent.fresher("ns", "web-peer", Some(before.clone()))),
+            Some("10.0.0.1".into())
+        );
+        // The watch delivered the write: the cache answers, and the entry is gone.
+        assert_eq!(
+            peer(recent.fresher("ns", "web-peer", Some(cm("9", "10.0.0.1")))),
+            Some("10.0.0.1".into())
+        );
+        assert!(recent.is_empty());
+        assert_eq!(
+            peer(recent.fresher("ns", "web-peer", Some(before))),
+            Some(String::new()),
+            "forgotten once caught up"
+        );
+    }
+
+    #[test]
+    fn a_create_is_answered_while_the_cache_shows_nothing() {
+        let recent = Recent::<ConfigMap>::default();
+        recent.record(None, &cm("9", ""));
+        assert!(recent.fresher("ns", "web-peer", None).is_some());
+        assert!(recent.fresher("ns", "other", None).is_none());
+    }
+
+    #[test]
+    fn the_cache_wins_once_it_moved_past_the_write() {
+        // Another writer changed it after us, or it was deleted: the cache is the truth.
+        let recent = Recent::<ConfigMap>::default();
+        recent.record(Some(&cm("5", "")), &cm("9", "10.0.0.1"));
+        assert_eq!(
+            peer(recent.fresher("ns", "web-peer", Some(cm("12", "10.0.0.7")))),
+            Some("10.0.0.7".into())
+        );
+        let recent = Recent::<ConfigMap>::default();
+        recent.record(Some(&cm("5", "")), &cm("9", "10.0.0.1"));
+        assert!(recent.fresher("ns", "web-peer", None).is_none());
+    }
+}

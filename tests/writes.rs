@@ -1,0 +1,95 @@
+//! How many times the operator writes a Habitat's status on its way to Ready: the pods'
+//! progress rides along with the writes that matter (it leaves Pending; it becomes Ready).
+
+#[macro_use]
+mod support;
+
+use futures::StreamExt;
+use habitat_operator::api::Habitat;
+use kube::runtime::watcher;
+use std::time::Instant;
+
+use habitat_operator::reconcile::status::PROGRESS_INTERVAL;
+use support::{timeout, Env, Ground};
+
+/// One version of a Habitat whose status differs from the version before, when it was seen.
+struct Seen {
+    at: Instant,
+    phase: String,
+    status: String,
+}
+
+/// Watches `name` until it is Ready for its generation and answers the statuses the operator
+/// wrote on the way: one entry per version whose status differs from the version before (the
+/// status the Habitat is created with, without a phase, is not the operator's).
+async fn statuses_until_ready(env: &Env, name: &str) -> Vec<Seen> {
+    let stream = watcher(
+        env.habitats(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    let mut stream = std::pin::pin!(stream);
+    let mut seen: Vec<Seen> = vec![];
+    let deadline = tokio::time::Instant::now() + timeout(env);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
+        let h: Habitat = match event {
+            Ok(watcher::Event::Apply(h)) | Ok(watcher::Event::InitApply(h)) => h,
+            _ => continue,
+        };
+        let status = h.status.clone().unwrap_or_default();
+        let Some(phase) = status.phase.clone() else {
+            continue;
+        };
+        let shown = serde_json::to_string(&status).unwrap_or_default();
+        if seen.last().map(|s| &s.status) != Some(&shown) {
+            seen.push(Seen {
+                at: Instant::now(),
+                phase: phase.clone(),
+                status: shown,
+            });
+        }
+        if phase == "Ready" && status.observed_generation == h.metadata.generation {
+            return seen;
+        }
+    }
+    let phases: Vec<&str> = seen.iter().map(|s| s.phase.as_str()).collect();
+    panic!("{name} not Ready in time; statuses seen: {phases:?}");
+}
+
+/// A Habitat of three pods is written twice on its way to Ready (it leaves Pending; it becomes
+/// Ready), a leader group three times (LeaderElected too): the pods coming up one by one, the
+/// first census reading and the election's progress ride along, unless the way takes longer
+/// than the progress interval (then the READY column counts up, once per interval).
+async fn the_way_to_ready_costs_one_status_write_per_phase_reached(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "writes");
+    let standalone = "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: plain}\nspec:\n  image: kinvolk/redis-hab\n  count: 3\n  service: {name: redis, group: plain}\n";
+    let leader = "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: lead}\nspec:\n  image: kinvolk/redis-hab\n  count: 3\n  service: {name: redis, group: lead, topology: leader}\n";
+    let (plain, lead) = tokio::join!(statuses_until_ready(&env, "plain"), async {
+        env.apply_yaml(standalone);
+        env.apply_yaml(leader);
+        statuses_until_ready(&env, "lead").await
+    });
+    for (name, seen, phases) in [
+        ("plain", plain, vec!["Deploying", "Ready"]),
+        ("lead", lead, vec!["Deploying", "LeaderElected", "Ready"]),
+    ] {
+        let walked: Vec<&str> = seen.iter().map(|s| s.phase.as_str()).collect();
+        let took = seen.last().map(|l| l.at - seen[0].at).unwrap_or_default();
+        // Progress writes happen at most once per interval of the way.
+        let progress = (took.as_secs_f64() / PROGRESS_INTERVAL.as_secs_f64()).floor() as usize;
+        eprintln!("{name}: {walked:?} in {took:?}");
+        assert!(
+            seen.len() <= phases.len() + progress,
+            "{name}: {} status writes on a way of {took:?} (phases {walked:?}); at most {} expected:\n{}",
+            seen.len(),
+            phases.len() + progress,
+            seen.iter().map(|s| s.status.as_str()).collect::<Vec<_>>().join("\n")
+        );
+        let mut distinct = walked.clone();
+        distinct.dedup();
+        assert_eq!(distinct.first(), phases.first(), "{name}: {walked:?}");
+        assert_eq!(distinct.last(), phases.last(), "{name}: {walked:?}");
+    }
+}
+
+on_both_grounds!(the_way_to_ready_costs_one_status_write_per_phase_reached);
