@@ -9,6 +9,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::Api;
@@ -89,6 +90,41 @@ async fn the_simulated_nodes_run_pods_of_a_server_without_nodes_and_refuse_one_w
         .parse()
         .expect("an IPv4 pod IP");
     assert!(ip.is_loopback(), "{ip}");
+
+    // The node the pod runs on exists, is Ready, and renews its Lease as a kubelet does: without
+    // them kube-controller-manager's pod garbage collector deleted every pod within a minute
+    // (bound to a node that does not exist), and StatefulSets recreated them.
+    let node_api: Api<Node> = Api::all(client.clone());
+    let registered = node_api
+        .get("sandbox-node")
+        .await
+        .expect("the simulated Node");
+    assert!(
+        habitat_sandbox::nodes::node::is_simulated(&registered),
+        "{:?}",
+        registered.metadata
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renewed = |l: Lease| l.spec.and_then(|s| s.renew_time).map(|t| t.0);
+    let first = renewed(leases.get("sandbox-node").await.expect("the node's Lease"));
+    let uid = running.metadata.uid.clone();
+    // PodGC looks every 20 s and deletes an orphan found twice 40 s apart: 85 s covers it.
+    tokio::time::sleep(Duration::from_secs(85)).await;
+    let later = renewed(leases.get("sandbox-node").await.expect("the node's Lease"));
+    assert!(
+        later > first,
+        "the Lease was not renewed: {first:?} then {later:?}"
+    );
+    let still = pods
+        .get("bare")
+        .await
+        .expect("the pod outlives the pod garbage collector");
+    assert_eq!(still.metadata.uid, uid, "the pod was deleted and recreated");
+    assert!(
+        still.metadata.deletion_timestamp.is_none(),
+        "the pod is being deleted"
+    );
+
     // A graceful deletion is finished by the simulated kubelet, as a kubelet does.
     pods.delete("bare", &DeleteParams::default())
         .await
@@ -104,7 +140,6 @@ async fn the_simulated_nodes_run_pods_of_a_server_without_nodes_and_refuse_one_w
     drop(nodes);
 
     // With a Node: they refuse to start, name the Node, and exit non-zero.
-    let node_api: Api<Node> = Api::all(client.clone());
     node_api
         .create(&PostParams::default(), &node("a-real-node"))
         .await

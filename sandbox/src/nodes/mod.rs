@@ -3,19 +3,21 @@
 //! the Kubernetes API and write pod status through it, so the same simulation serves the
 //! sandbox's embedded server and a real kube-apiserver.
 //!
-//! Guarantees: [`Nodes::start`] refuses an API server that has Node objects, so the simulation
-//! never fakes the status of a real cluster's pods. Only pods bound to [`kubelet::NODE_NAME`] (or
+//! Guarantees: [`Nodes::start`] refuses an API server that has Node objects other than its own
+//! (`sandbox-node`, labelled [`node::SIMULATED_LABEL`]), so the simulation never fakes the status
+//! of a real cluster's pods. On a server that serves Nodes it registers that Node and renews its
+//! Lease ([`mod@node`]), as a kubelet does. Only pods bound to [`kubelet::NODE_NAME`] (or
 //! not bound yet) are touched.
 
 pub mod kubelet;
+pub mod node;
 pub mod supervisor;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,19 +78,7 @@ impl std::fmt::Debug for Nodes {
     }
 }
 
-/// Fails when the API server behind `client` has Nodes. An API server that does not serve Nodes
-/// at all (the sandbox's) has none.
-pub async fn refuse_real_nodes(client: &Client) -> Result<(), NodesError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    match nodes.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(list) => match list.items.first() {
-            Some(node) => Err(NodesError::HasNodes(node.name_any())),
-            None => Ok(()),
-        },
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
+pub use node::refuse_real_nodes;
 
 /// The objects of one watch as JSON, kept in step with the watch events: each event
 /// serializes only the object it carries, so a change costs one object, not the whole store.
@@ -233,6 +223,7 @@ impl Nodes {
     /// supervisors against it.
     pub async fn start(client: Client, opts: Options) -> Result<Nodes, NodesError> {
         refuse_real_nodes(&client).await?;
+        let heartbeat = node::register(&client).await?;
         let version = Arc::new(AtomicU64::new(0));
         let notify = Arc::new(Notify::new());
         let ns = opts.namespace.as_deref();
@@ -274,10 +265,9 @@ impl Nodes {
                 }
             }
         });
-        Ok(Nodes {
-            tasks: vec![pod_task, cm_task, main],
-            hub,
-        })
+        let mut tasks = vec![pod_task, cm_task, main];
+        tasks.extend(heartbeat);
+        Ok(Nodes { tasks, hub })
     }
 
     /// Stops every task and closes every supervisor gateway.
