@@ -243,6 +243,26 @@ fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
+/// Pods as the reconciler reads them: metadata and status. The spec (containers, volumes,
+/// environment: most of a pod) is never read from the cache, so it is not kept (as
+/// controller-runtime's cache transforms do). At N = 1000 the pods' specs were the largest
+/// part of the operator's heap.
+fn slim_pod(p: &mut Pod) {
+    drop_managed_fields(p);
+    p.spec = None;
+}
+
+/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), status and the
+/// spec without its pod template and claim templates, which the operator writes but never reads
+/// back (it compares fingerprints).
+fn slim_statefulset(s: &mut StatefulSet) {
+    drop_managed_fields(s);
+    if let Some(spec) = s.spec.as_mut() {
+        spec.template = Default::default();
+        spec.volume_claim_templates = None;
+    }
+}
+
 /// Runs the controller until `shutdown` completes (the caller listens for SIGTERM and SIGINT),
 /// then returns once the reconciles under way finished. `habitats` receives the Habitat cache so
 /// that the metrics endpoint can count phases; `ready` is set once every cache has synced; each
@@ -263,7 +283,7 @@ pub async fn run(
     let (sts_store, sts) = cached(
         api::<StatefulSet>(&client, ns),
         ours.clone(),
-        drop_managed_fields,
+        slim_statefulset,
         |_| {},
     );
     let (cm_store, cms) = cached(
@@ -285,12 +305,9 @@ pub async fn run(
         |_| {},
     );
     let pods_index = index.pods_by_habitat.clone();
-    let (pod_store, pods) = cached(
-        api::<Pod>(&client, ns),
-        ours,
-        drop_managed_fields,
-        move |e| pods_index.event(e),
-    );
+    let (pod_store, pods) = cached(api::<Pod>(&client, ns), ours, slim_pod, move |e| {
+        pods_index.event(e)
+    });
     // Secrets are cached as metadata only (a metadata list and watch: the API server sends no
     // data): the operator needs to know which exist and which carry a ring label; the contents
     // of the few a Habitat uses are read when needed (`SecretReader`).
