@@ -24,6 +24,7 @@ use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
+use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
 
 /// How long a generated key is trusted from memory while the cache catches up.
@@ -68,24 +69,18 @@ pub async fn act(
             else {
                 return Ok(());
             };
-            let written = apply(&ctx.client, statefulset).await?;
-            recent
-                .statefulsets
-                .record(snap.statefulset.as_ref(), &written);
-            snap.statefulset = Some(written);
-            let written = apply(&ctx.client, headless).await?;
-            recent.services.record(snap.headless.as_ref(), &written);
-            snap.headless = Some(written);
+            apply_over(
+                ctx,
+                &recent.statefulsets,
+                &mut snap.statefulset,
+                statefulset,
+            )
+            .await?;
+            apply_over(ctx, &recent.services, &mut snap.headless, headless).await?;
             match leader {
                 Some((svc, pdb)) => {
-                    let written = apply(&ctx.client, svc).await?;
-                    recent
-                        .services
-                        .record(snap.leader_service.as_ref(), &written);
-                    snap.leader_service = Some(written);
-                    let written = apply(&ctx.client, pdb).await?;
-                    recent.budgets.record(snap.budget.as_ref(), &written);
-                    snap.budget = Some(written);
+                    apply_over(ctx, &recent.services, &mut snap.leader_service, svc).await?;
+                    apply_over(ctx, &recent.budgets, &mut snap.budget, pdb).await?;
                 }
                 None => {
                     if snap.leader_service.take().is_some() {
@@ -158,6 +153,27 @@ pub async fn act(
         }
         Step::Advance | Step::Cleanup | Step::Wait(_) => {}
     }
+    Ok(())
+}
+
+/// Applies `desired` over `seen`, the snapshot's copy, which then holds the server's answer;
+/// `recent` remembers the write until the cache shows it.
+async fn apply_over<K>(
+    ctx: &Context,
+    recent: &Recent<K>,
+    seen: &mut Option<K>,
+    desired: &K,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let written = apply(&ctx.client, desired).await?;
+    recent.record(seen.as_ref(), &written);
+    *seen = Some(written);
     Ok(())
 }
 

@@ -178,10 +178,7 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         now,
     });
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
-    let converging = matches!(
-        pass.phase,
-        Phase::Deploying | Phase::Updating | Phase::LeaderElected
-    );
+    let converging = status::converging(pass.phase);
     let mut deferred = None;
     match status::worth_writing(&new, &old, pass.phase, last_written(ctx, &uid)) {
         Worth::Nothing => {}

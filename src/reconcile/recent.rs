@@ -69,6 +69,10 @@ impl<K: Resource + Clone> Recent<K> {
     /// when the cache has not caught up with that write yet.
     pub fn fresher(&self, namespace: &str, name: &str, cached: Option<K>) -> Option<K> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        // Observing asks for every child of every reconcile; most find nothing remembered.
+        if entries.is_empty() {
+            return cached;
+        }
         let key = (namespace.to_string(), name.to_string());
         let Some(entry) = entries.get(&key) else {
             return cached;

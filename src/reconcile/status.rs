@@ -232,21 +232,18 @@ pub fn worth_writing(
     if same(new, old) {
         return Worth::Nothing;
     }
-    let converging = matches!(
-        phase,
-        Phase::Deploying | Phase::Updating | Phase::LeaderElected
-    );
     // The first census reading (the release, and MixedReleases=False: one release) is progress.
     let first_reading = old.release.is_none();
-    fn news(s: &HabitatStatus, first_reading: bool) -> Material<'_> {
+    let news = |s| {
         let mut m = material(s, false);
         if first_reading {
-            m.4 = None;
+            m.release = None;
         }
-        m.5.retain(|(t, status, _)| (*t, *status) != (T::MixedReleases.as_str(), "False"));
+        m.conditions
+            .retain(|&(t, status, _)| (t, status) != (T::MixedReleases.as_str(), "False"));
         m
-    }
-    if !converging || news(new, first_reading) != news(old, first_reading) {
+    };
+    if !converging(phase) || news(new) != news(old) {
         return Worth::Now;
     }
     if new.ready_replicas == old.ready_replicas && material(new, true) == material(old, true) {
@@ -258,14 +255,26 @@ pub fn worth_writing(
     }
 }
 
-type Material<'a> = (
-    Option<&'a str>,
-    Option<i64>,
-    Option<&'a str>,
-    Option<&'a str>,
-    Option<&'a str>,
-    BTreeSet<(&'a str, &'a str, &'a str)>,
-);
+/// Whether the workload converges in `phase` (Deploying, Updating, LeaderElected): pods come and
+/// go, and their progress is not news.
+pub fn converging(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Deploying | Phase::Updating | Phase::LeaderElected
+    )
+}
+
+/// What of a status is news (compared between two statuses).
+#[derive(PartialEq, Eq)]
+struct Material<'a> {
+    phase: Option<&'a str>,
+    observed_generation: Option<i64>,
+    ring_secret_name: Option<&'a str>,
+    leader: Option<&'a str>,
+    release: Option<&'a str>,
+    /// (type, status, reason); the reason only of a condition that is not True.
+    conditions: BTreeSet<(&'a str, &'a str, &'a str)>,
+}
 
 /// What of `s` is news: with `progress`, the reasons of conditions on their way too.
 fn material(s: &HabitatStatus, progress: bool) -> Material<'_> {
@@ -281,14 +290,14 @@ fn material(s: &HabitatStatus, progress: bool) -> Material<'_> {
             (c.type_.as_str(), c.status.as_str(), reason)
         })
         .collect();
-    (
-        s.phase.as_deref(),
-        s.observed_generation,
-        s.ring_secret_name.as_deref(),
-        s.leader.as_deref(),
-        s.release.as_deref(),
+    Material {
+        phase: s.phase.as_deref(),
+        observed_generation: s.observed_generation,
+        ring_secret_name: s.ring_secret_name.as_deref(),
+        leader: s.leader.as_deref(),
+        release: s.release.as_deref(),
         conditions,
-    )
+    }
 }
 
 fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
@@ -381,10 +390,7 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
         out.push(leader_condition(h, &s.leader));
     }
 
-    let progressing = matches!(
-        i.phase,
-        Phase::Deploying | Phase::Updating | Phase::LeaderElected
-    );
+    let progressing = converging(i.phase);
     out.push(match i.phase {
         Phase::Terminating => Desired::new(
             T::Progressing,

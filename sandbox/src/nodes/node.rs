@@ -56,8 +56,8 @@ pub fn node() -> Node {
     .unwrap_or_default()
 }
 
-/// Whether the Node `n` is one this simulation registered.
-pub fn is_simulated(n: &Node) -> bool {
+/// Whether the Node `n` (or its metadata) is one this simulation registered.
+pub fn is_simulated(n: &impl ResourceExt) -> bool {
     n.name_any() == NODE_NAME && n.labels().get(SIMULATED_LABEL).is_some_and(|v| v == "true")
 }
 
@@ -66,8 +66,8 @@ pub fn is_simulated(n: &Node) -> bool {
 /// does not serve Nodes at all (the sandbox's) has none.
 pub async fn refuse_real_nodes(client: &Client) -> Result<(), NodesError> {
     let nodes: Api<Node> = Api::all(client.clone());
-    match nodes.list(&ListParams::default()).await {
-        Ok(list) => match list.items.iter().find(|n| !is_simulated(n)) {
+    match nodes.list_metadata(&ListParams::default()).await {
+        Ok(list) => match list.items.iter().find(|n| !is_simulated(*n)) {
             Some(node) => Err(NodesError::HasNodes(node.name_any())),
             None => Ok(()),
         },
