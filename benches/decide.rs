@@ -1,8 +1,13 @@
-//! The pure decide path of one reconcile, per Habitat: the child builders (StatefulSet,
-//! Services, PodDisruptionBudget), the comparison of the desired objects against the cached ones
-//! (fingerprints, peer file, rollout, leader labels), the machine's steps until it waits, and
-//! the desired status compared with the one the object carries. No cache reads, no I/O: the
-//! snapshot is what `observe` would have read, the census what the supervisors would answer.
+//! The pure decide path of one reconcile, per Habitat: the desired workload's fingerprints, the
+//! comparison of the desired objects against the cached ones (fingerprints, peer file, rollout,
+//! leader labels), the machine's steps until it waits, and the desired status compared with the
+//! one the object carries. No cache reads, no I/O: the snapshot is what `observe` would have
+//! read, the census what the supervisors would answer.
+//!
+//! The settled cases are what most reconciles are: an earlier reconcile of the same generation
+//! built the workload and the operator remembers its fingerprints (`reconcile::memo`), so the
+//! child builders do not run. The "nothing remembered" case is the first reconcile after a
+//! restart or a spec change: it builds the StatefulSet, the Services and the budget.
 //!
 //! `cargo bench --bench decide` (criterion). Target: under 20 µs per Habitat.
 
@@ -18,9 +23,11 @@ use habitat_operator::children::{self, peer_config::peer_config, Workload};
 use habitat_operator::cluster::apply::FINGERPRINT_ANNOTATION;
 use habitat_operator::cluster::census::Election;
 use habitat_operator::reconcile::decide::{self as deciding, Decider};
+use habitat_operator::reconcile::memo::FingerprintMemo;
 use habitat_operator::reconcile::observe::{LeaderView, Snapshot};
 use habitat_operator::reconcile::ring::KeyState;
 use habitat_operator::reconcile::status::{self, Inputs, Outcome};
+use habitat_operator::runtime::controller::{slim_pod, slim_statefulset};
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
@@ -102,13 +109,17 @@ struct Settled {
     habitat: Habitat,
     snapshot: Snapshot,
     census: Option<LeaderView>,
+    /// The fingerprints the reconcile that made it Ready remembered.
+    memo: FingerprintMemo,
 }
 
 fn settled(name: &str, topology: &str, count: i32) -> Settled {
     let mut h = habitat(name, topology, count);
     let leader = topology == "leader";
     let w: Workload = children::workload(&h, None);
+    // As the controller's cache keeps them: without the pod template, the pods without specs.
     let mut sts = live(&w.statefulset);
+    slim_statefulset(&mut sts);
     sts.status = Some(StatefulSetStatus {
         observed_generation: Some(1),
         replicas: count,
@@ -121,6 +132,10 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
     });
     let pods: Vec<Pod> = (0..count as usize)
         .map(|i| pod(&h, i, leader && i == 0))
+        .map(|mut p| {
+            slim_pod(&mut p);
+            p
+        })
         .collect();
     let mut snapshot = Snapshot {
         statefulset: Some(sts),
@@ -154,18 +169,26 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
         phase_changed: true,
         now: Utc::now(),
     }));
+    let memo = FingerprintMemo::default();
+    Decider::remembering(&memo).desired(&h, &snapshot);
     Settled {
         habitat: h,
         snapshot,
         census,
+        memo,
     }
 }
 
-/// One reconcile's decide path: build, compare, decide until the machine waits (reading the
-/// census when it asks), compute the status; returns the phase and whether a status write is due.
-fn pass(s: &Settled, mut snap: Snapshot) -> (Phase, bool) {
+/// One reconcile's decide path: compare, decide until the machine waits (reading the census
+/// when it asks), compute the status; returns the phase and whether a status write is due. With
+/// `remembered`, the fingerprints come from the memo; without, the workload is built.
+fn pass(s: &Settled, mut snap: Snapshot, remembered: bool) -> (Phase, bool) {
     let h = &s.habitat;
-    let mut decider = Decider::default();
+    let mut decider = if remembered {
+        Decider::remembering(&s.memo)
+    } else {
+        Decider::default()
+    };
     let old = h.status.clone().unwrap_or_default();
     let mut phase: Phase = old
         .phase
@@ -220,22 +243,31 @@ fn benches(c: &mut Criterion) {
     ];
     for (name, case) in &cases {
         // What is measured is the settled path: Ready, nothing to do, nothing to write.
-        assert_eq!(
-            pass(case, case.snapshot.clone()),
-            (Phase::Ready, false),
-            "{name} is not settled"
-        );
+        for remembered in [true, false] {
+            assert_eq!(
+                pass(case, case.snapshot.clone(), remembered),
+                (Phase::Ready, false),
+                "{name} is not settled"
+            );
+        }
         // The snapshot is observe's work (copies out of the caches): made outside the timing.
         c.bench_function(name, |b| {
             b.iter_batched(
                 || case.snapshot.clone(),
-                |snap| pass(black_box(case), snap),
+                |snap| pass(black_box(case), snap, true),
                 BatchSize::SmallInput,
             )
         });
     }
-    // Its parts, for the leader group.
     let (_, group) = &cases[2];
+    c.bench_function("settled leader group, 3 pods, nothing remembered", |b| {
+        b.iter_batched(
+            || group.snapshot.clone(),
+            |snap| pass(black_box(group), snap, false),
+            BatchSize::SmallInput,
+        )
+    });
+    // Its parts, for the leader group.
     let h = &group.habitat;
     let w = children::workload(h, None);
     let mut observed = group.snapshot.clone();

@@ -46,11 +46,7 @@ pub async fn act(
     match step {
         Step::ApplyPeerConfig => {
             let cm = peer_config(h, &desired.peers);
-            let written = apply(&ctx.client, &cm).await?;
-            recent
-                .config_maps
-                .record(snap.peer_config.as_ref(), &written);
-            snap.peer_config = Some(written);
+            apply_over(ctx, &recent.config_maps, &mut snap.peer_config, &cm).await?;
         }
         Step::ResolveRingKey => {
             if let KeyState::ToGenerate { ring } = &snap.key {
@@ -173,6 +169,7 @@ where
 {
     let written = apply(&ctx.client, desired).await?;
     recent.record(seen.as_ref(), &written);
+    ctx.echoes.wrote(&written);
     *seen = Some(written);
     Ok(())
 }

@@ -14,7 +14,9 @@ use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
+use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::Indexes;
+use crate::reconcile::memo::FingerprintMemo;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::requeue::Backoffs;
@@ -75,6 +77,11 @@ pub struct Context {
     /// Per object uid, when this process last wrote the status of a Habitat whose workload
     /// converges: the ready count is written at most once per `status::PROGRESS_INTERVAL`.
     pub status_written: Mutex<HashMap<String, std::time::Instant>>,
+    /// The fingerprints of each Habitat's desired workload, for its current generation and key.
+    pub fingerprints: FingerprintMemo,
+    /// This process's writes whose watch events must not wake their Habitat again (shared with
+    /// the watches that drop them).
+    pub echoes: Arc<Echoes>,
     /// Every cache has seen its first full list. Until then nothing is decided: a missing ring
     /// key in an unsynced cache would be generated a second time.
     pub synced: std::sync::Arc<std::sync::atomic::AtomicBool>,

@@ -4,14 +4,15 @@
 //! The snapshot stays plain observed data; [`act`](mod@crate::reconcile::act) performs a step with
 //! what this module wanted.
 
-use habitat_machine::{decide, Decision, Facts, Phase};
+use habitat_machine::{decide, Decision, Facts, Phase, Step};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::{Habitat, Topology, LABEL_LEADER, PEER_IP_KEY};
 use crate::children::peer_config::peer_file_content;
-use crate::children::{self, Workload};
+use crate::children::{self, Fingerprints, Workload};
 use crate::cluster::apply::carries;
+use crate::reconcile::memo::FingerprintMemo;
 use crate::reconcile::observe::{LeaderView, Snapshot};
 use crate::reconcile::ring::KeyState;
 use crate::reconcile::{peer, rollout};
@@ -19,7 +20,11 @@ use crate::reconcile::{peer, rollout};
 /// What a Habitat should look like given one snapshot.
 #[derive(Debug)]
 pub struct Desired<'a> {
-    /// The workload, once the ring key is resolved.
+    /// The fingerprints of the workload, once the ring key is resolved: what the cached children
+    /// are compared with.
+    pub fingerprints: Option<&'a Fingerprints>,
+    /// The workload itself, when this decision applies it (or it was built for another reason):
+    /// a settled Habitat whose fingerprints are remembered never builds it.
     pub workload: Option<&'a Workload>,
     /// The addresses the peer file should hold.
     pub peers: Vec<String>,
@@ -39,14 +44,26 @@ pub struct Plan<'a> {
 }
 
 /// The decisions of one reconcile. The desired workload depends on the spec and the resolved
-/// ring key only, so it is built again only when the key changes, not on every decision.
+/// ring key only, so its fingerprints are computed again only when the key changes, not on every
+/// decision; with a [`FingerprintMemo`] they come from an earlier reconcile of the same
+/// generation, and the workload is built only when a decision applies it.
 #[derive(Default)]
-pub struct Decider {
-    built_for: Option<KeyState>,
+pub struct Decider<'m> {
+    memo: Option<&'m FingerprintMemo>,
+    resolved_for: Option<KeyState>,
+    fingerprints: Option<Fingerprints>,
     workload: Option<Workload>,
 }
 
-impl Decider {
+impl<'m> Decider<'m> {
+    /// A decider that reads and fills `memo`.
+    pub fn remembering(memo: &'m FingerprintMemo) -> Self {
+        Decider {
+            memo: Some(memo),
+            ..Decider::default()
+        }
+    }
+
     /// The next decision of a pass in `phase` that has taken `transitions` so far.
     pub fn next(
         &mut self,
@@ -55,36 +72,96 @@ impl Decider {
         phase: Phase,
         transitions: &[(Phase, Phase)],
     ) -> Plan<'_> {
-        let desired = self.desired(h, snap);
-        let facts = facts_in_pass(facts(h, snap, &desired), transitions);
+        self.resolve(h, &snap.key);
+        let (peers, mislabelled, replacement) = wanted(h, snap);
+        let facts = facts_in_pass(
+            facts_of(
+                h,
+                snap,
+                self.fingerprints.as_ref(),
+                &peers,
+                &mislabelled,
+                replacement.is_some(),
+            ),
+            transitions,
+        );
+        let decision = decide(phase, &facts);
+        if decision.step == Step::ApplyWorkload {
+            self.build(h, &snap.key);
+        }
         Plan {
-            decision: decide(phase, &facts),
-            desired,
+            decision,
+            desired: Desired {
+                fingerprints: self.fingerprints.as_ref(),
+                workload: self.workload.as_ref(),
+                peers,
+                mislabelled,
+                replacement,
+            },
         }
     }
 
-    /// The desired state of `h` given `snap`.
+    /// The desired state of `h` given `snap` (the workload only if it was built already).
     pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
-        if self.built_for.as_ref() != Some(&snap.key) {
-            self.workload = workload_for(h, &snap.key);
-            self.built_for = Some(snap.key.clone());
-        }
-        let leader_topology = h.spec.service.topology == Topology::Leader;
-        let leader_pod = snap.leader.pod();
-        let replacement = if leader_topology && !snap.replaced_pod && members_in_census(snap) {
-            snap.statefulset
-                .as_ref()
-                .and_then(|s| rollout::next_replacement(s, &snap.pods, h.spec.count, leader_pod))
-        } else {
-            None
-        };
+        self.resolve(h, &snap.key);
+        let (peers, mislabelled, replacement) = wanted(h, snap);
         Desired {
+            fingerprints: self.fingerprints.as_ref(),
             workload: self.workload.as_ref(),
-            peers: peer::addresses(&snap.current_peers(), &snap.pods, &snap.bound_pods),
-            mislabelled: mislabelled_pods(&snap.pods, leader_pod),
+            peers,
+            mislabelled,
             replacement,
         }
     }
+
+    /// The fingerprints for `key`: remembered, or computed by building the workload.
+    fn resolve(&mut self, h: &Habitat, key: &KeyState) {
+        if self.resolved_for.as_ref() == Some(key) {
+            return;
+        }
+        self.resolved_for = Some(key.clone());
+        self.workload = None;
+        self.fingerprints = match key {
+            KeyState::NotRequired | KeyState::Ready(_) => self.memo.and_then(|m| m.get(h, key)),
+            _ => None,
+        };
+        if self.fingerprints.is_none() {
+            self.build(h, key);
+        }
+    }
+
+    /// Builds the workload for `key` unless it is built, and remembers its fingerprints.
+    fn build(&mut self, h: &Habitat, key: &KeyState) {
+        if self.workload.is_some() {
+            return;
+        }
+        self.workload = workload_for(h, key);
+        if let Some(w) = &self.workload {
+            if let Some(memo) = self.memo {
+                memo.remember(h, key, &w.fingerprints);
+            }
+            self.fingerprints = Some(w.fingerprints.clone());
+        }
+    }
+}
+
+/// What `snap` should become besides the workload: the peer file's addresses, the pods whose
+/// leader label must change, the pod to replace next.
+fn wanted(h: &Habitat, snap: &Snapshot) -> (Vec<String>, Vec<(String, bool)>, Option<String>) {
+    let leader_topology = h.spec.service.topology == Topology::Leader;
+    let leader_pod = snap.leader.pod();
+    let replacement = if leader_topology && !snap.replaced_pod && members_in_census(snap) {
+        snap.statefulset
+            .as_ref()
+            .and_then(|s| rollout::next_replacement(s, &snap.pods, h.spec.count, leader_pod))
+    } else {
+        None
+    };
+    (
+        peer::addresses(&snap.current_peers(), &snap.pods, &snap.bound_pods),
+        mislabelled_pods(&snap.pods, leader_pod),
+        replacement,
+    )
 }
 
 fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
@@ -97,8 +174,26 @@ fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
 
 /// The machine's facts about `h` given `snap` and what is `desired` of it.
 pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
+    facts_of(
+        h,
+        snap,
+        desired.fingerprints,
+        &desired.peers,
+        &desired.mislabelled,
+        desired.replacement.is_some(),
+    )
+}
+
+fn facts_of(
+    h: &Habitat,
+    snap: &Snapshot,
+    fingerprints: Option<&Fingerprints>,
+    peers: &[String],
+    mislabelled: &[(String, bool)],
+    replacement_due: bool,
+) -> Facts {
     let count = h.spec.count;
-    let desired_peer = peer_file_content(&desired.peers);
+    let desired_peer = peer_file_content(peers);
     let peer_config_current = snap
         .peer_config
         .as_ref()
@@ -113,7 +208,7 @@ pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
         key_ready: matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)),
         key_can_be_generated: matches!(snap.key, KeyState::ToGenerate { .. }),
         referenced_secrets_present: snap.secret_problem.is_none(),
-        workload_current: desired.workload.is_some_and(|w| workload_current(snap, w)),
+        workload_current: fingerprints.is_some_and(|f| workload_current(snap, f)),
         spec_changed: h.metadata.generation
             > h.status
                 .as_ref()
@@ -123,11 +218,11 @@ pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
             .statefulset
             .as_ref()
             .is_some_and(|s| rollout::done(s, count)),
-        pod_replacement_due: desired.replacement.is_some(),
+        pod_replacement_due: replacement_due,
         leader_topology: h.spec.service.topology == Topology::Leader,
         leader_observed: snap.leader != LeaderView::NotObserved,
         leader_known: leader_pod.is_some(),
-        leader_published: leader_pod.is_some() && desired.mislabelled.is_empty(),
+        leader_published: leader_pod.is_some() && mislabelled.is_empty(),
     }
 }
 
@@ -170,9 +265,8 @@ fn members_in_census(snap: &Snapshot) -> bool {
     }
 }
 
-/// Whether the live children carry the fingerprints of `w`.
-fn workload_current(snap: &Snapshot, w: &Workload) -> bool {
-    let f = &w.fingerprints;
+/// Whether the live children carry the fingerprints `f`.
+fn workload_current(snap: &Snapshot, f: &Fingerprints) -> bool {
     let sts = snap
         .statefulset
         .as_ref()
@@ -295,6 +389,41 @@ mod tests {
             None,
             "one pod per reconcile"
         );
+    }
+
+    #[test]
+    fn a_remembered_generation_is_compared_without_building_the_workload() {
+        let h = habitat().leader().count(3);
+        let snap = outdated_group();
+        let memo = FingerprintMemo::default();
+        let built = Decider::remembering(&memo)
+            .desired(&h, &snap)
+            .workload
+            .map(|w| w.fingerprints.clone())
+            .expect("the first reconcile builds the workload");
+        let mut decider = Decider::remembering(&memo);
+        let desired = decider.desired(&h, &snap);
+        assert!(desired.workload.is_none(), "built again");
+        assert_eq!(desired.fingerprints, Some(&built));
+        let fresh = Decider::default().desired(&h, &snap).fingerprints.cloned();
+        assert_eq!(fresh, Some(built), "the memo holds what building yields");
+    }
+
+    #[test]
+    fn a_decision_to_apply_the_workload_comes_with_the_workload() {
+        let h = habitat().leader().count(3);
+        let snap = outdated_group();
+        let memo = FingerprintMemo::default();
+        Decider::remembering(&memo).desired(&h, &snap);
+        let mut decider = Decider::remembering(&memo);
+        let plan = decider.next(&h, &snap, Phase::KeyReady, &[]);
+        assert_eq!(
+            plan.decision.step,
+            Step::ApplyWorkload,
+            "no child is current"
+        );
+        let w = plan.desired.workload.expect("the workload to apply");
+        assert_eq!(Some(&w.fingerprints), plan.desired.fingerprints);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::cluster::events::EventSink;
 use crate::reconcile::context::{Context, Stores};
+use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
@@ -65,12 +66,14 @@ where
 type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
 
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
-/// `indexed` sees every event after the store applied it (the secondary indexes).
+/// `indexed` sees every event after the store applied it (the secondary indexes); with `echoes`,
+/// the events of this process's own writes update the cache but are not triggers.
 fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: impl FnMut(&mut K) + Send + 'static,
     indexed: impl Fn(&watcher::Event<K>) + Send + 'static,
+    echoes: Option<Arc<Echoes>>,
 ) -> (Store<K>, Trigger<K>)
 where
     K: kube::Resource<DynamicType = ()>
@@ -99,8 +102,8 @@ where
         .modify(modify)
         .reflect(writer)
         .inspect_ok(move |event| indexed(event))
-        .scan(Vec::new(), |relisted, event| {
-            futures::future::ready(Some(after_relist(relisted, event)))
+        .scan(Vec::new(), move |relisted, event| {
+            futures::future::ready(Some(after_relist(relisted, echoes.as_deref(), event)))
         })
         .flat_map(futures::stream::iter);
     (store, forward(stream))
@@ -220,12 +223,23 @@ impl WatchRetry {
 /// object created while the watch was down before it is in the store, and drop the request
 /// (`ObjectNotFound`) with nothing to wake it again. Holding them back to `InitDone` closes that
 /// window (a hardening: `tests/restart.rs` has not shown it to be the cause of its failure).
-fn after_relist<K>(
+///
+/// An update that is the echo of this process's own write ([`Echoes`]) is no trigger; a relist
+/// and a deletion always are.
+fn after_relist<K: kube::Resource>(
     relisted: &mut Vec<K>,
+    echoes: Option<&Echoes>,
     event: Result<watcher::Event<K>, watcher::Error>,
 ) -> Vec<Result<K, watcher::Error>> {
     match event {
-        Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => vec![Ok(o)],
+        Ok(watcher::Event::Apply(o)) if echoes.is_some_and(|e| e.is_echo(&o)) => vec![],
+        Ok(watcher::Event::Apply(o)) => vec![Ok(o)],
+        Ok(watcher::Event::Delete(o)) => {
+            if let Some(e) = echoes {
+                e.forget(&o);
+            }
+            vec![Ok(o)]
+        }
         Ok(watcher::Event::Init) => {
             relisted.clear();
             vec![]
@@ -243,19 +257,25 @@ fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Pods as the reconciler reads them: metadata and status. The spec (containers, volumes,
-/// environment: most of a pod) is never read from the cache, so it is not kept (as
-/// controller-runtime's cache transforms do). At N = 1000 the pods' specs were the largest
-/// part of the operator's heap.
-fn slim_pod(p: &mut Pod) {
+/// Pods as the reconciler reads them: metadata and the status's phase, addresses and
+/// conditions. The spec (containers, volumes, environment: most of a pod) and the containers'
+/// statuses (images, image digests, states; a kubelet writes them for every container) are never
+/// read from the cache, so they are not kept (as controller-runtime's cache transforms do). At
+/// N = 1000 the pods' specs were the largest part of the operator's heap.
+pub fn slim_pod(p: &mut Pod) {
     drop_managed_fields(p);
     p.spec = None;
+    if let Some(status) = p.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
 }
 
 /// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), status and the
 /// spec without its pod template and claim templates, which the operator writes but never reads
 /// back (it compares fingerprints).
-fn slim_statefulset(s: &mut StatefulSet) {
+pub fn slim_statefulset(s: &mut StatefulSet) {
     drop_managed_fields(s);
     if let Some(spec) = s.spec.as_mut() {
         spec.template = Default::default();
@@ -280,34 +300,43 @@ pub async fn run(
     let ours = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGER}"));
     let index = Indexes::default();
     let reader = SecretReader::default();
+    let echoes = Arc::new(Echoes::default());
     let (sts_store, sts) = cached(
         api::<StatefulSet>(&client, ns),
         ours.clone(),
         slim_statefulset,
         |_| {},
+        Some(echoes.clone()),
     );
     let (cm_store, cms) = cached(
         api::<ConfigMap>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
+        Some(echoes.clone()),
     );
     let (svc_store, svcs) = cached(
         api::<Service>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
+        Some(echoes.clone()),
     );
     let (pdb_store, pdbs) = cached(
         api::<PodDisruptionBudget>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
+        Some(echoes.clone()),
     );
     let pods_index = index.pods_by_habitat.clone();
-    let (pod_store, pods) = cached(api::<Pod>(&client, ns), ours, slim_pod, move |e| {
-        pods_index.event(e)
-    });
+    let (pod_store, pods) = cached(
+        api::<Pod>(&client, ns),
+        ours,
+        slim_pod,
+        move |e| pods_index.event(e),
+        None,
+    );
     // Secrets are cached as metadata only (a metadata list and watch: the API server sends no
     // data): the operator needs to know which exist and which carry a ring label; the contents
     // of the few a Habitat uses are read when needed (`SecretReader`).
@@ -323,6 +352,7 @@ pub async fn run(
                 forget.forget(s);
             }
         },
+        None,
     );
 
     let habitats_index = index.clone();
@@ -331,6 +361,7 @@ pub async fn run(
         watcher::Config::default(),
         drop_managed_fields,
         move |e| habitats_index.habitat_event(e),
+        Some(echoes.clone()),
     );
     let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
@@ -370,6 +401,8 @@ pub async fn run(
         last_failure: Mutex::new(Default::default()),
         written_over: Mutex::new(Default::default()),
         status_written: Mutex::new(Default::default()),
+        fingerprints: Default::default(),
+        echoes,
         synced: ready.clone(),
     });
 
@@ -510,6 +543,81 @@ mod tests {
         cm.metadata.name = Some(name.into());
         cm.metadata.namespace = Some("ns".into());
         cm
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_reconciler_reads() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "labels": {"habitat.sh/name": "redis"}},
+            "spec": {"containers": [{"name": "habitat", "image": "kinvolk/redis-hab"}]},
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "habitat", "image": "kinvolk/redis-hab",
+                    "imageID": "sha256:0", "ready": true, "restartCount": 0}],
+            },
+        }))
+        .expect("a pod");
+        slim_pod(&mut p);
+        assert!(p.spec.is_none());
+        let status = p.status.expect("the status is kept");
+        assert!(status.container_statuses.is_none());
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+        assert_eq!(p.metadata.labels.map(|l| l.len()), Some(1));
+    }
+
+    #[test]
+    fn the_echo_of_an_own_write_updates_the_cache_but_wakes_nothing() {
+        let echoes = Echoes::default();
+        let mut written = config_map("redis-peer");
+        written.metadata.uid = Some("u".into());
+        written.metadata.resource_version = Some("7".into());
+        let names = |out: Vec<Result<ConfigMap, watcher::Error>>| -> Vec<String> {
+            out.into_iter().flatten().map(|c| c.name_any()).collect()
+        };
+        let mut relisted = vec![];
+        echoes.wrote(&written);
+        let apply = |o: &ConfigMap| Ok(watcher::Event::Apply(o.clone()));
+        assert!(names(after_relist(&mut relisted, Some(&echoes), apply(&written))).is_empty());
+        // The next version is someone else's change.
+        let mut changed = written.clone();
+        changed.metadata.resource_version = Some("8".into());
+        assert_eq!(
+            names(after_relist(&mut relisted, Some(&echoes), apply(&changed))),
+            ["redis-peer"]
+        );
+        // A relist and a deletion are triggers even when they show the written version.
+        echoes.wrote(&written);
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(written.clone()),
+        ] {
+            assert!(names(after_relist(&mut relisted, Some(&echoes), Ok(event))).is_empty());
+        }
+        assert_eq!(
+            names(after_relist(
+                &mut relisted,
+                Some(&echoes),
+                Ok(watcher::Event::InitDone)
+            )),
+            ["redis-peer"]
+        );
+        assert_eq!(
+            names(after_relist(
+                &mut relisted,
+                Some(&echoes),
+                Ok(watcher::Event::Delete(written.clone()))
+            )),
+            ["redis-peer"]
+        );
+        assert!(echoes.is_empty(), "a deletion forgets the write");
+        // Without echoes (pods, Secrets) every update is a trigger.
+        assert_eq!(
+            names(after_relist(&mut relisted, None, apply(&written))),
+            ["redis-peer"]
+        );
     }
 
     #[tokio::test]

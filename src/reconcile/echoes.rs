@@ -1,0 +1,149 @@
+//! The watch events of this process's own writes, recognised so that they do not wake the
+//! Habitat that wrote them.
+//!
+//! A reconcile that applies a child or writes the Habitat's status already decided with what it
+//! wrote, and goes on (or waits) from there. The watch then delivers the written object: the
+//! cache must take it, but a reconcile woken by it finds the written state and does nothing. On
+//! the way to Ready a standalone Habitat writes its peer ConfigMap twice, its StatefulSet, its
+//! Service and its status twice: without this, each of those woke one more reconcile.
+//!
+//! Each write is remembered by the uid of the object and the resourceVersion the server answered.
+//! A watch event (not a relist, not a deletion) of exactly that version is an echo and is dropped
+//! from the triggers; any other version of the object (another writer, a later change) wakes the
+//! Habitat as before and clears the entry. A write that changed nothing answers the version the
+//! watch already delivered: its entry stays until the next event of the object, which it does not
+//! match. At most one entry is kept per object.
+//!
+//! An echo can still be needed: a reconcile woken by another event may be handed the Habitat's
+//! copy from before its own status write (the cache lags by milliseconds), and it waits for the
+//! written copy. It says so ([`Echoes::awaited`]), and that echo wakes it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kube::{Resource, ResourceExt};
+
+/// The versions this process wrote, by object uid, until their watch events arrive.
+#[derive(Debug, Default)]
+pub struct Echoes {
+    written: Mutex<HashMap<String, String>>,
+}
+
+impl Echoes {
+    /// Remembers `written`, the server's answer to a write of this process.
+    pub fn wrote<K: Resource>(&self, written: &K) {
+        if let (Some(uid), Some(version)) = (written.uid(), written.resource_version()) {
+            self.written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid, version);
+        }
+    }
+
+    /// Whether the watch event of `object` is the echo of a write of this process. Forgets the
+    /// write either way: the next version of the object is someone's change.
+    pub fn is_echo<K: Resource>(&self, object: &K) -> bool {
+        let Some(uid) = object.uid() else {
+            return false;
+        };
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.is_empty() {
+            return false;
+        }
+        match written.remove(&uid) {
+            Some(version) => object.resource_version().as_deref() == Some(version.as_str()),
+            None => false,
+        }
+    }
+
+    /// A reconcile was handed the copy the write of object `uid` replaced (the cache lags) and
+    /// waits for the written one: its echo wakes the object after all.
+    pub fn awaited(&self, uid: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    /// Forgets `object` (deleted).
+    pub fn forget<K: Resource>(&self, object: &K) {
+        if let Some(uid) = object.uid() {
+            self.written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&uid);
+        }
+    }
+
+    /// How many writes wait for their echo.
+    pub fn len(&self) -> usize {
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether none does.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn version(uid: &str, rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("redis-peer".into());
+        cm.metadata.uid = Some(uid.into());
+        cm.metadata.resource_version = Some(rv.into());
+        cm
+    }
+
+    #[test]
+    fn only_the_version_written_is_an_echo_and_only_once() {
+        let echoes = Echoes::default();
+        assert!(!echoes.is_echo(&version("a", "10")), "nothing written");
+        echoes.wrote(&version("a", "11"));
+        assert!(!echoes.is_echo(&version("b", "11")), "another object");
+        assert!(echoes.is_echo(&version("a", "11")));
+        assert!(
+            !echoes.is_echo(&version("a", "11")),
+            "an echo is heard once"
+        );
+        assert!(echoes.is_empty());
+    }
+
+    #[test]
+    fn another_version_wakes_and_clears_the_write() {
+        let echoes = Echoes::default();
+        echoes.wrote(&version("a", "11"));
+        // Someone changed the object after the write (or the write changed nothing and this is
+        // the next change): not an echo, and the write is forgotten.
+        assert!(!echoes.is_echo(&version("a", "12")));
+        assert!(echoes.is_empty());
+        echoes.wrote(&version("a", "13"));
+        echoes.forget(&version("a", "13"));
+        assert!(echoes.is_empty());
+    }
+
+    #[test]
+    fn an_awaited_echo_wakes() {
+        let echoes = Echoes::default();
+        echoes.wrote(&version("a", "11"));
+        echoes.awaited("a");
+        assert!(!echoes.is_echo(&version("a", "11")));
+    }
+
+    #[test]
+    fn an_object_without_a_uid_or_version_is_never_an_echo() {
+        let echoes = Echoes::default();
+        let mut cm = version("a", "11");
+        echoes.wrote(&cm);
+        cm.metadata.uid = None;
+        assert!(!echoes.is_echo(&cm));
+        let mut unversioned = version("c", "1");
+        unversioned.metadata.resource_version = None;
+        echoes.wrote(&unversioned);
+        assert_eq!(echoes.len(), 1, "only the versioned write is remembered");
+    }
+}
