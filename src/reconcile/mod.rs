@@ -696,6 +696,71 @@ mod tests {
         );
     }
 
+    /// A new Habitat gets its finalizer and its first pass in one reconcile: kube's finalizer
+    /// helper alone added the finalizer and left the first pass to the next wake-up.
+    #[tokio::test]
+    async fn the_first_reconcile_adds_the_finalizer_and_goes_on() {
+        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options::default())
+            .await
+            .expect("sandbox starts");
+        let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
+        sandbox.apply_yaml(&crd).await.expect("the CRD installs");
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration");
+        let client = kube::Client::try_from(config).expect("a client");
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("first".into());
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace created");
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata = kube::api::ObjectMeta {
+            name: Some("redis".into()),
+            namespace: Some("first".into()),
+            ..Default::default()
+        };
+        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "first");
+        let created = habitats
+            .create(&PostParams::default(), &h)
+            .await
+            .expect("Habitat created");
+        let ctx = context(client.clone());
+        reconcile(Arc::new(created.clone()), ctx.clone())
+            .await
+            .expect("the reconcile succeeds");
+        let now = habitats.get("redis").await.expect("the Habitat");
+        assert_eq!(now.finalizers(), [FINALIZER.to_string()]);
+        let peer: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "first");
+        assert!(
+            peer.get_opt(&now.peer_config_name())
+                .await
+                .expect("a read")
+                .is_some(),
+            "the first pass did not run in the reconcile that added the finalizer"
+        );
+        assert_eq!(
+            now.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Deploying")
+        );
+        // The finalizer's own echo wakes nothing; the copy it replaced is refused (409) if the
+        // finalizers changed meanwhile, and a copy that already has it is left alone.
+        let mut raced = created.clone();
+        raced.metadata.finalizers = None;
+        let refused = with_finalizer(&habitats, &ctx, Arc::new(raced)).await;
+        assert!(
+            matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 409),
+            "{refused:?}"
+        );
+        let kept = with_finalizer(&habitats, &ctx, Arc::new(now.clone()))
+            .await
+            .expect("nothing to add");
+        assert_eq!(kept.resource_version(), now.resource_version());
+    }
+
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
     /// before: creating the first child is refused with 403 NamespaceTerminating. The
     /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
