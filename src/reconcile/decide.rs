@@ -72,32 +72,21 @@ impl<'m> Decider<'m> {
         phase: Phase,
         transitions: &[(Phase, Phase)],
     ) -> Plan<'_> {
-        self.resolve(h, &snap.key);
-        let (peers, mislabelled, replacement) = wanted(h, snap);
-        let facts = facts_in_pass(
-            facts_of(
-                h,
-                snap,
-                self.fingerprints.as_ref(),
-                &peers,
-                &mislabelled,
-                replacement.is_some(),
-            ),
-            transitions,
-        );
-        let decision = decide(phase, &facts);
+        let desired = self.desired(h, snap);
+        let decision = decide(phase, &facts_in_pass(facts(h, snap, &desired), transitions));
+        // Only the owned parts are kept while the workload is built for the step that applies it.
+        let Desired {
+            peers,
+            mislabelled,
+            replacement,
+            ..
+        } = desired;
         if decision.step == Step::ApplyWorkload {
             self.build(h, &snap.key);
         }
         Plan {
             decision,
-            desired: Desired {
-                fingerprints: self.fingerprints.as_ref(),
-                workload: self.workload.as_ref(),
-                peers,
-                mislabelled,
-                replacement,
-            },
+            desired: self.assemble(peers, mislabelled, replacement),
         }
     }
 
@@ -105,6 +94,15 @@ impl<'m> Decider<'m> {
     pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
         self.resolve(h, &snap.key);
         let (peers, mislabelled, replacement) = wanted(h, snap);
+        self.assemble(peers, mislabelled, replacement)
+    }
+
+    fn assemble(
+        &self,
+        peers: Vec<String>,
+        mislabelled: Vec<(String, bool)>,
+        replacement: Option<String>,
+    ) -> Desired<'_> {
         Desired {
             fingerprints: self.fingerprints.as_ref(),
             workload: self.workload.as_ref(),
@@ -174,26 +172,8 @@ fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
 
 /// The machine's facts about `h` given `snap` and what is `desired` of it.
 pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
-    facts_of(
-        h,
-        snap,
-        desired.fingerprints,
-        &desired.peers,
-        &desired.mislabelled,
-        desired.replacement.is_some(),
-    )
-}
-
-fn facts_of(
-    h: &Habitat,
-    snap: &Snapshot,
-    fingerprints: Option<&Fingerprints>,
-    peers: &[String],
-    mislabelled: &[(String, bool)],
-    replacement_due: bool,
-) -> Facts {
     let count = h.spec.count;
-    let desired_peer = peer_file_content(peers);
+    let desired_peer = peer_file_content(&desired.peers);
     let peer_config_current = snap
         .peer_config
         .as_ref()
@@ -208,7 +188,9 @@ fn facts_of(
         key_ready: matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)),
         key_can_be_generated: matches!(snap.key, KeyState::ToGenerate { .. }),
         referenced_secrets_present: snap.secret_problem.is_none(),
-        workload_current: fingerprints.is_some_and(|f| workload_current(snap, f)),
+        workload_current: desired
+            .fingerprints
+            .is_some_and(|f| workload_current(snap, f)),
         spec_changed: h.metadata.generation
             > h.status
                 .as_ref()
@@ -218,11 +200,11 @@ fn facts_of(
             .statefulset
             .as_ref()
             .is_some_and(|s| rollout::done(s, count)),
-        pod_replacement_due: replacement_due,
+        pod_replacement_due: desired.replacement.is_some(),
         leader_topology: h.spec.service.topology == Topology::Leader,
         leader_observed: snap.leader != LeaderView::NotObserved,
         leader_known: leader_pod.is_some(),
-        leader_published: leader_pod.is_some() && mislabelled.is_empty(),
+        leader_published: leader_pod.is_some() && desired.mislabelled.is_empty(),
     }
 }
 

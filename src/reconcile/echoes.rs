@@ -43,15 +43,13 @@ impl Echoes {
     /// Whether the watch event of `object` is the echo of a write of this process. Forgets the
     /// write either way: the next version of the object is someone's change.
     pub fn is_echo<K: Resource>(&self, object: &K) -> bool {
-        let Some(uid) = object.uid() else {
+        // Every watch event of a child passes here: nothing is copied.
+        let meta = object.meta();
+        let Some(uid) = meta.uid.as_deref() else {
             return false;
         };
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if written.is_empty() {
-            return false;
-        }
-        match written.remove(&uid) {
-            Some(version) => object.resource_version().as_deref() == Some(version.as_str()),
+        match self.take(uid) {
+            Some(version) => meta.resource_version.as_deref() == Some(version.as_str()),
             None => false,
         }
     }
@@ -59,20 +57,22 @@ impl Echoes {
     /// A reconcile was handed the copy the write of object `uid` replaced (the cache lags) and
     /// waits for the written one: its echo wakes the object after all.
     pub fn awaited(&self, uid: &str) {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        self.take(uid);
     }
 
     /// Forgets `object` (deleted).
     pub fn forget<K: Resource>(&self, object: &K) {
-        if let Some(uid) = object.uid() {
-            self.written
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&uid);
+        if let Some(uid) = object.meta().uid.as_deref() {
+            self.take(uid);
         }
+    }
+
+    fn take(&self, uid: &str) -> Option<String> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.is_empty() {
+            return None;
+        }
+        written.remove(uid)
     }
 
     /// How many writes wait for their echo.

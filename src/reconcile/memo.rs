@@ -22,7 +22,7 @@ use crate::children::Fingerprints;
 use crate::reconcile::ring::KeyState;
 
 /// What one entry was computed for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 struct Inputs {
     generation: i64,
     key: KeyState,
@@ -39,10 +39,12 @@ impl FingerprintMemo {
     /// generation and that key. Nothing without a uid or a generation (an object not read from an
     /// API server).
     pub fn get(&self, h: &Habitat, key: &KeyState) -> Option<Fingerprints> {
-        let (uid, inputs) = inputs(h, key)?;
+        // Every reconcile asks: nothing is copied but the answer.
+        let uid = h.metadata.uid.as_deref()?;
+        let generation = h.metadata.generation?;
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(&uid) {
-            Some((at, f)) if *at == inputs => Some(f.clone()),
+        match entries.get(uid) {
+            Some((at, f)) if at.generation == generation && at.key == *key => Some(f.clone()),
             _ => None,
         }
     }

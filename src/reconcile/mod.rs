@@ -696,10 +696,9 @@ mod tests {
         );
     }
 
-    /// A new Habitat gets its finalizer and its first pass in one reconcile: kube's finalizer
-    /// helper alone added the finalizer and left the first pass to the next wake-up.
-    #[tokio::test]
-    async fn the_first_reconcile_adds_the_finalizer_and_goes_on() {
+    /// A sandbox with the Habitat CRD installed, and a client of it (the sandbox runs while the
+    /// first is held).
+    async fn sandbox_with_crd() -> (habitat_sandbox::Sandbox, kube::Client) {
         let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options::default())
             .await
             .expect("sandbox starts");
@@ -711,6 +710,14 @@ mod tests {
             .await
             .expect("a client configuration");
         let client = kube::Client::try_from(config).expect("a client");
+        (sandbox, client)
+    }
+
+    /// A new Habitat gets its finalizer and its first pass in one reconcile: kube's finalizer
+    /// helper alone added the finalizer and left the first pass to the next wake-up.
+    #[tokio::test]
+    async fn the_first_reconcile_adds_the_finalizer_and_goes_on() {
+        let (sandbox, client) = sandbox_with_crd().await;
         let mut ns = Namespace::default();
         ns.metadata.name = Some("first".into());
         Api::<Namespace>::all(client.clone())
@@ -746,8 +753,8 @@ mod tests {
             now.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Deploying")
         );
-        // The finalizer's own echo wakes nothing; the copy it replaced is refused (409) if the
-        // finalizers changed meanwhile, and a copy that already has it is left alone.
+        // A copy from before the finalizer was added is refused (409): the finalizers changed
+        // since. A copy that already has it is left alone.
         let mut raced = created.clone();
         raced.metadata.finalizers = None;
         let refused = with_finalizer(&habitats, &ctx, Arc::new(raced)).await;
@@ -759,6 +766,7 @@ mod tests {
             .await
             .expect("nothing to add");
         assert_eq!(kept.resource_version(), now.resource_version());
+        sandbox.shutdown().await;
     }
 
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
@@ -766,17 +774,7 @@ mod tests {
     /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
     #[tokio::test]
     async fn a_terminating_namespace_stops_the_reconcile_quietly() {
-        let sandbox = habitat_sandbox::Sandbox::start(habitat_sandbox::Options::default())
-            .await
-            .expect("sandbox starts");
-        let crd = serde_yaml::to_string(&Habitat::crd()).expect("the CRD serialises");
-        sandbox.apply_yaml(&crd).await.expect("the CRD installs");
-        let kubeconfig =
-            kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("a kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("a client configuration");
-        let client = kube::Client::try_from(config).expect("a client");
+        let (sandbox, client) = sandbox_with_crd().await;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let mut ns = Namespace::default();
         ns.metadata.name = Some("going".into());
