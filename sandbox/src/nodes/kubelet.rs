@@ -88,10 +88,10 @@ impl IpPool {
     }
 
     /// Release the IP of every pod not in `live`.
-    pub fn retain(&mut self, live: &HashSet<String>) {
+    pub fn retain(&mut self, live: &HashSet<&str>) {
         let taken = &mut self.taken;
         self.used.retain(|uid, ip| {
-            let keep = live.contains(uid);
+            let keep = live.contains(uid.as_str());
             if !keep {
                 taken.remove(ip);
             }
@@ -211,14 +211,16 @@ impl Kubelet {
 
     fn ready(&self, pod: &Pod) -> bool {
         match &self.hub {
-            Some(h) if probes_supervisor(pod) => h.healthy(&pod.uid().unwrap_or_default()),
+            Some(h) if probes_supervisor(pod) => {
+                h.healthy(pod.metadata.uid.as_deref().unwrap_or_default())
+            }
             _ => true,
         }
     }
 
     /// What to do for `pod` now, if anything.
     fn action(&mut self, pod: &Pod) -> Option<Action> {
-        let uid = pod.uid()?;
+        let uid = pod.metadata.uid.as_deref()?;
         let node = pod
             .spec
             .as_ref()
@@ -227,7 +229,7 @@ impl Kubelet {
         if !node.is_empty() && node != NODE_NAME {
             return None;
         }
-        if self.acted.get(&uid) == pod.resource_version().as_ref() {
+        if self.acted.get(uid) == pod.metadata.resource_version.as_ref() {
             return None;
         }
         if pod.metadata.deletion_timestamp.is_some() {
@@ -236,7 +238,13 @@ impl Kubelet {
         if node.is_empty() {
             return Some(Action::Bind);
         }
-        let since = *self.scheduled.entry(uid).or_insert_with(Instant::now);
+        let since = match self.scheduled.get(uid) {
+            Some(since) => *since,
+            None => *self
+                .scheduled
+                .entry(uid.to_string())
+                .or_insert_with(Instant::now),
+        };
         match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
             None | Some("Pending") => (since.elapsed() >= self.delay).then_some(Action::Start),
             Some("Running") => {
@@ -249,10 +257,13 @@ impl Kubelet {
 
     /// One pass over every pod the nodes see: each one with something to do gets one request.
     pub async fn step(&mut self, pods: &[Arc<Pod>]) {
-        let live: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
+        let live: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
         self.ips.retain(&live);
-        self.scheduled.retain(|uid, _| live.contains(uid));
-        self.acted.retain(|uid, _| live.contains(uid));
+        self.scheduled.retain(|uid, _| live.contains(uid.as_str()));
+        self.acted.retain(|uid, _| live.contains(uid.as_str()));
         let mut work = Vec::new();
         for pod in pods {
             if let Some(action) = self.action(pod) {
@@ -417,7 +428,7 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(p.allocate("a"), a);
         assert!(a.is_loopback() && a != Ipv4Addr::new(127, 0, 0, 1));
-        p.retain(&["b".to_string()].into_iter().collect());
+        p.retain(&["b"].into_iter().collect());
         assert_ne!(p.allocate("c"), b);
     }
 

@@ -10,8 +10,30 @@
 
 use super::schema::{join, render};
 use super::Cause;
-use cel::{Context, Program};
+use cel::{Context, Env, Program};
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The standard environment, built once: building it per rule cost a write more than the rule.
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
+}
+
+/// `source` compiled, once per distinct source: a CRD's rules are few and evaluated on every
+/// write, so each is parsed the first time only. A rule that does not compile is not kept.
+fn compile(source: &str) -> Result<Arc<Program>, String> {
+    static PROGRAMS: OnceLock<Mutex<HashMap<String, Arc<Program>>>> = OnceLock::new();
+    let programs = PROGRAMS.get_or_init(Default::default);
+    let lock = || programs.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = lock().get(source) {
+        return Ok(p.clone());
+    }
+    let program = Arc::new(Program::compile(source).map_err(|e| e.to_string())?);
+    lock().insert(source.to_string(), program.clone());
+    Ok(program)
+}
 
 /// Evaluate every rule under `schema` on `v` (at field path `path`), with `old` on update.
 pub fn validate(schema: &Value, v: &Value, old: Option<&Value>, path: &str) -> Vec<Cause> {
@@ -77,14 +99,14 @@ fn without_nulls(v: &Value) -> Value {
 
 /// True when a rule names `oldSelf` (a transition rule).
 pub fn is_transition(rule: &str) -> bool {
-    Program::compile(rule)
+    compile(rule)
         .map(|p| p.references().has_variable("oldSelf"))
         .unwrap_or(false)
 }
 
 fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, path: &str) -> Option<Cause> {
     let text = rule["rule"].as_str()?;
-    let program = match Program::compile(text) {
+    let program = match compile(text) {
         Ok(p) => p,
         Err(e) => {
             return Some(Cause::invalid(
@@ -98,7 +120,7 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, path: &str) -> Optio
     if transition && old.is_none() {
         return None;
     }
-    let mut ctx = Context::default();
+    let mut ctx = Context::with_env(env());
     ctx.add_variable("self", without_nulls(v)).ok()?;
     if let Some(o) = old.filter(|_| transition) {
         ctx.add_variable("oldSelf", without_nulls(o)).ok()?;
@@ -143,7 +165,7 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, path: &str) -> Optio
 /// `message`, else `failed rule: RULE`.
 fn message(rule: &Value, ctx: &Context, text: &str) -> String {
     if let Some(expr) = rule["messageExpression"].as_str() {
-        let result = Program::compile(expr).ok().map(|p| p.execute(ctx));
+        let result = compile(expr).ok().map(|p| p.execute(ctx));
         if let Some(Ok(cel::Value::String(s))) = result {
             if !s.trim().is_empty() {
                 return s.to_string();

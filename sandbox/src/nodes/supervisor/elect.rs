@@ -2,7 +2,6 @@
 //! `butterfly/src/server.rs` and `butterfly/src/rumor/election.rs`).
 
 use super::{Election, Health, Member, State, Strategy, ELECTION_DURATION};
-use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 /// `check_quorum_mlr`: `alive > total / 2` (integer division), where `total` counts the members
@@ -59,24 +58,52 @@ fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> boo
     }
 }
 
-/// Runs every group's elections and starts the services whose election finished.
+/// Regroups the members (their rings, health or membership may have changed) and runs every
+/// group's elections.
 pub(super) fn elect(st: &mut State) {
-    let mut groups: HashMap<(String, String), Vec<&Member>> = HashMap::new();
+    st.index.clear();
     for m in st.members.values() {
-        groups.entry(m.key()).or_default().push(m);
+        st.index
+            .entry(m.key())
+            .or_default()
+            .push(m.member_id.clone());
     }
-    st.groups.retain(|k, _| groups.contains_key(k));
+    let index = &st.index;
+    st.groups.retain(|k, _| index.contains_key(k));
+    run(st);
+}
+
+/// Between world changes only a running election's clock moves a group: the elections run
+/// again when the first of them is due, and a tick before that costs nothing.
+pub(super) fn tick(st: &mut State) {
+    if st.next_deadline.is_some_and(|d| Instant::now() >= d) {
+        run(st);
+    }
+}
+
+/// Runs every group's elections and starts the services whose election finished. One pass
+/// leaves every group at rest but those whose election is running; `next_deadline` is when the
+/// first of those finishes.
+fn run(st: &mut State) {
     let now = Instant::now();
-    let mut finished: HashSet<(String, String)> = HashSet::new();
-    for (key, members) in &groups {
-        let g = st.groups.entry(key.clone()).or_default();
+    let mut next: Option<Instant> = None;
+    let mut finished: Vec<&String> = Vec::new();
+    let State {
+        members,
+        groups,
+        index,
+        ..
+    } = &mut *st;
+    for (key, ids) in index.iter() {
+        let members: Vec<&Member> = ids.iter().filter_map(|id| members.get(id)).collect();
+        let g = groups.entry(key.clone()).or_default();
         let alive: Vec<&Member> = members
             .iter()
             .copied()
             .filter(|m| m.health == Health::Alive)
             .collect();
         g.gossiped |= alive.len() >= 2;
-        let quorum = has_quorum(members, g.gossiped);
+        let quorum = has_quorum(&members, g.gossiped);
         let leader_topology = members.iter().any(|m| m.leader_topology);
         if leader_topology {
             let restarted = advance(
@@ -111,13 +138,20 @@ pub(super) fn elect(st: &mut State) {
             g.update_status = Election::None;
             g.update_leader_id = None;
         }
+        for until in [g.running_until, g.update_running_until]
+            .into_iter()
+            .flatten()
+        {
+            next = Some(next.map_or(until, |n| n.min(until)));
+        }
         if matches!(g.status, Election::Finished | Election::None) {
-            finished.insert(key.clone());
+            finished.extend(ids);
         }
     }
-    for m in st.members.values_mut() {
-        if m.health == Health::Alive && finished.contains(&m.key()) {
+    for id in finished {
+        if let Some(m) = members.get_mut(id).filter(|m| m.health == Health::Alive) {
             m.started = true;
         }
     }
+    st.next_deadline = next;
 }

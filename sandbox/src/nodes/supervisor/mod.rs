@@ -160,10 +160,13 @@ impl Member {
         format!("{}/{}", self.namespace, self.ring)
     }
 
-    fn key(&self) -> (String, String) {
+    fn key(&self) -> GroupKey {
         (self.scope(), self.service_group())
     }
 }
+
+/// A service group of one ring: (`namespace/ring`, `service.group`).
+type GroupKey = (String, String);
 
 /// Election state of one service group.
 #[derive(Debug, Clone, Default)]
@@ -193,7 +196,14 @@ struct State {
     by_pod: HashMap<String, String>,
     /// Persisted `/hab/sup` directories, by `namespace/claim`.
     disks: HashMap<String, Disk>,
-    groups: HashMap<(String, String), Group>,
+    groups: HashMap<GroupKey, Group>,
+    /// Member ids by service group, rebuilt by [`elect::elect`] whenever membership, health or
+    /// rings may have changed, so that a census or an election tick costs its group, not the
+    /// world.
+    index: HashMap<GroupKey, Vec<String>>,
+    /// When the next running election finishes: between world changes, the elections change
+    /// state only then.
+    next_deadline: Option<Instant>,
     listeners: HashMap<String, JoinHandle<()>>,
 }
 
@@ -364,22 +374,40 @@ impl State {
 
     /// Facts §6, "Mitigation in the code": "when a new member joins a group without quorum,
     /// the Confirmed member with the lowest ID is auto-departed" (`insert_service_impl`).
-    fn depart_for_newcomer(&mut self, newcomer: &str) {
-        let Some(key) = self.members.get(newcomer).map(Member::key) else {
-            return;
-        };
-        let group: Vec<&Member> = self.members.values().filter(|m| m.key() == key).collect();
-        // The rule applies when rumors already exist for the group.
-        if group.len() < 2 || elect::has_quorum(&group, true) {
+    /// Newcomers are taken in order, each seeing the departures of those before it.
+    fn depart_for_newcomers(&mut self, newcomers: &[String]) {
+        let keys: Vec<GroupKey> = newcomers
+            .iter()
+            .filter_map(|id| self.members.get(id).map(Member::key))
+            .collect();
+        if keys.is_empty() {
             return;
         }
-        let lowest = group
-            .iter()
-            .filter(|m| m.health == Health::Confirmed)
-            .map(|m| m.member_id.clone())
-            .min();
-        if let Some(id) = lowest {
-            if let Some(m) = self.members.get_mut(&id) {
+        let wanted: HashSet<&GroupKey> = keys.iter().collect();
+        let mut groups: HashMap<GroupKey, Vec<String>> = HashMap::new();
+        for m in self.members.values() {
+            let key = m.key();
+            if wanted.contains(&key) {
+                groups.entry(key).or_default().push(m.member_id.clone());
+            }
+        }
+        for key in &keys {
+            let group: Vec<&Member> = groups
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| self.members.get(id))
+                .collect();
+            // The rule applies when rumors already exist for the group.
+            if group.len() < 2 || elect::has_quorum(&group, true) {
+                continue;
+            }
+            let lowest = group
+                .iter()
+                .filter(|m| m.health == Health::Confirmed)
+                .map(|m| m.member_id.clone())
+                .min();
+            if let Some(m) = lowest.and_then(|id| self.members.get_mut(&id)) {
                 m.health = Health::Departed;
                 m.departed_at = Some(Instant::now());
             }
@@ -461,7 +489,13 @@ impl Hub {
         let me = Self::member_of(&st, pod_uid)?;
         let key = me.key();
         let group = st.groups.get(&key);
-        let peers: Vec<&Member> = st.members.values().filter(|m| m.key() == key).collect();
+        let peers: Vec<&Member> = st
+            .index
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| st.members.get(id))
+            .collect();
         Some(census::document(me, group, &peers))
     }
 
@@ -470,7 +504,7 @@ impl Hub {
     /// the gossip rings.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
         let Some((pods, config_maps)) = world else {
-            elect::elect(&mut self.state());
+            elect::tick(&mut self.state());
             return;
         };
         let mut st = self.state();
@@ -516,9 +550,7 @@ impl Hub {
             members, by_pod, ..
         } = &mut *st;
         rings::assign(members, by_pod, pods, config_maps);
-        for id in joined {
-            st.depart_for_newcomer(&id);
-        }
+        st.depart_for_newcomers(&joined);
         st.forget();
         st.save_disks();
         elect::elect(&mut st);

@@ -509,3 +509,47 @@ fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
     assert!(["a", "b", "d"].iter().all(|m| members[*m].ring == key));
     assert_ne!(members["c"].ring, key);
 }
+
+/// Between world changes only a running election's clock moves a group, so a tick does
+/// nothing until the first running election is due; membership is regrouped on world changes
+/// only, and a census lists the members of its own group.
+#[test]
+fn a_tick_only_finishes_elections_that_are_due() {
+    let mut st = State::default();
+    for id in ["a1", "b2", "c3"] {
+        st.members.insert(id.into(), member(id, "ns", true));
+    }
+    let mut lone = member("s9", "ns", false);
+    lone.service = "nginx".into();
+    st.members.insert("s9".into(), lone);
+    elect::elect(&mut st);
+    assert_eq!(group(&st).status, Election::InProgress);
+    let due = st.next_deadline.expect("a running election has a deadline");
+    assert!(due > Instant::now());
+    elect::tick(&mut st);
+    assert_eq!(group(&st).status, Election::InProgress, "not due yet");
+    std::thread::sleep(ELECTION_DURATION + Duration::from_millis(10));
+    elect::tick(&mut st);
+    let g = group(&st);
+    assert_eq!(
+        (g.status, g.leader_id.as_deref()),
+        (Election::Finished, Some("c3"))
+    );
+    assert_eq!(st.next_deadline, None, "every group at rest");
+    assert!(st.members.values().all(|m| m.started));
+    // A death is seen by the next world step, not by a tick.
+    st.members.get_mut("c3").expect("member").health = Health::Confirmed;
+    elect::tick(&mut st);
+    assert_eq!(group(&st).status, Election::Finished);
+    elect::elect(&mut st);
+    assert_eq!(group(&st).status, Election::InProgress);
+    assert!(st.next_deadline.is_some());
+    // The index keeps groups apart.
+    let ids = |key: (&str, &str)| {
+        let mut ids = st.index[&(key.0.to_string(), key.1.to_string())].clone();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(("ns/r", "redis.default")), ["a1", "b2", "c3"]);
+    assert_eq!(ids(("ns/r", "nginx.default")), ["s9"]);
+}
