@@ -160,6 +160,11 @@ impl Member {
         format!("{}/{}", self.namespace, self.ring)
     }
 
+    /// Its namespace and ring, borrowed.
+    fn scope_ref(&self) -> (&str, &str) {
+        (&self.namespace, &self.ring)
+    }
+
     fn key(&self) -> GroupKey {
         (self.scope(), self.service_group())
     }
@@ -204,6 +209,11 @@ struct State {
     /// When the next running election finishes: between world changes, the elections change
     /// state only then.
     next_deadline: Option<Instant>,
+    /// The ConfigMaps the rings were last derived from, kept so that an unchanged one is
+    /// recognised by its allocation.
+    config_maps: Vec<Arc<Value>>,
+    /// A supervisor stopped using its restored member list: derive the rings again.
+    rings_dirty: bool,
     listeners: HashMap<String, JoinHandle<()>>,
 }
 
@@ -415,51 +425,79 @@ impl State {
     }
 
     /// Forget what no live supervisor remembers: departed members after [`DEPARTED_TTL`], and
-    /// dead members of a ring with no alive member left.
-    fn forget(&mut self) {
-        let live_scopes: HashSet<String> = self
+    /// dead members of a ring with no alive member left. Returns true when it forgot one.
+    fn forget(&mut self) -> bool {
+        if self.members.values().all(|m| m.health == Health::Alive) {
+            return false;
+        }
+        let live_scopes: HashSet<(&str, &str)> = self
             .members
             .values()
             .filter(|m| m.health == Health::Alive)
-            .map(Member::scope)
+            .map(Member::scope_ref)
             .collect();
-        self.members.retain(|_, m| match m.health {
-            Health::Alive => true,
-            Health::Confirmed => live_scopes.contains(&m.scope()),
-            Health::Departed => {
-                live_scopes.contains(&m.scope())
-                    && m.departed_at.is_none_or(|t| t.elapsed() < DEPARTED_TTL)
-            }
-        });
+        let forgotten: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| match m.health {
+                Health::Alive => false,
+                Health::Confirmed => !live_scopes.contains(&m.scope_ref()),
+                Health::Departed => {
+                    !live_scopes.contains(&m.scope_ref())
+                        || m.departed_at.is_some_and(|t| t.elapsed() >= DEPARTED_TTL)
+                }
+            })
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in &forgotten {
+            self.members.remove(id);
+        }
+        !forgotten.is_empty()
     }
 
-    /// Persisted supervisors save their member list's addresses.
-    fn save_disks(&mut self) {
-        let mut rings: HashMap<String, Vec<String>> = HashMap::new();
-        for m in self.members.values().filter(|m| m.health == Health::Alive) {
-            rings.entry(m.scope()).or_default().push(m.ip.clone());
+    /// Persisted supervisors save their member list's addresses, and a supervisor that
+    /// restored its list stops using it once it reached its ring. Returns true when one did.
+    fn save_disks(&mut self) -> bool {
+        let concerned = |m: &Member| {
+            m.health == Health::Alive && (m.disk.is_some() || m.restored_peers.is_some())
+        };
+        if !self.members.values().any(concerned) {
+            return false;
         }
-        for m in self.members.values_mut() {
-            if m.health != Health::Alive {
+        let mut rings: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        for m in self.members.values().filter(|m| m.health == Health::Alive) {
+            rings.entry(m.scope_ref()).or_default().push(&m.ip);
+        }
+        let peers_of: Vec<(String, Vec<String>)> = self
+            .members
+            .values()
+            .filter(|m| concerned(m))
+            .map(|m| {
+                let peers = rings
+                    .get(&m.scope_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter(|ip| **ip != m.ip)
+                    .map(|ip| ip.to_string())
+                    .collect();
+                (m.member_id.clone(), peers)
+            })
+            .collect();
+        let mut reached = false;
+        for (id, peers) in peers_of {
+            let Some(m) = self.members.get_mut(&id) else {
+                continue;
+            };
+            if peers.is_empty() {
                 continue;
             }
-            let peers: Vec<String> = rings
-                .get(&m.scope())
-                .into_iter()
-                .flatten()
-                .filter(|ip| **ip != m.ip)
-                .cloned()
-                .collect();
-            if !peers.is_empty() {
-                // It reached its ring: from now on gossip keeps it there.
-                m.restored_peers = None;
-            }
+            // It reached its ring: from now on gossip keeps it there.
+            reached |= m.restored_peers.take().is_some();
             if let Some(disk) = m.disk.as_ref().and_then(|d| self.disks.get_mut(d)) {
-                if !peers.is_empty() {
-                    disk.peers = peers;
-                }
+                disk.peers = peers;
             }
         }
+        reached
     }
 }
 
@@ -501,22 +539,28 @@ impl Hub {
 
     /// One pass: run elections, and when the world changed (`Some((pods, config_maps))`, every
     /// pod and ConfigMap the nodes see), track members, open and close gateways, and rederive
-    /// the gossip rings.
+    /// the gossip rings. Rings and groups are rederived only when something they depend on
+    /// changed: a member started, stopped or was forgotten, a ConfigMap changed (the world's
+    /// values are shared, so an unchanged one is the same allocation), or a restored
+    /// supervisor reached its ring. A pass that only sees pods' statuses change costs one
+    /// look at each pod.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
         let Some((pods, config_maps)) = world else {
             elect::tick(&mut self.state());
             return;
         };
         let mut st = self.state();
-        let mut seen = HashSet::new();
+        let mut changed = std::mem::take(&mut st.rings_dirty);
+        let mut seen: HashSet<&str> = HashSet::with_capacity(pods.len());
         let mut joined = Vec::new();
         for pod in pods {
             let uid = meta::uid_of(pod);
             let running = is_running(pod);
             if st.by_pod.contains_key(uid) {
-                seen.insert(uid.to_string());
+                seen.insert(uid);
                 if !running {
                     st.stop(uid);
+                    changed = true;
                 }
                 continue;
             }
@@ -528,10 +572,11 @@ impl Hub {
             };
             let ip = m.ip.clone();
             if let Some((id, new)) = st.start(m, pod) {
-                seen.insert(uid.to_string());
+                seen.insert(uid);
                 st.by_pod.insert(uid.to_string(), id.clone());
                 let handle = gateway::spawn(self.clone(), uid.to_string(), ip);
                 st.listeners.insert(uid.to_string(), handle);
+                changed = true;
                 if new {
                     joined.push(id);
                 }
@@ -540,19 +585,35 @@ impl Hub {
         let gone: Vec<String> = st
             .by_pod
             .keys()
-            .filter(|u| !seen.contains(*u))
+            .filter(|u| !seen.contains(u.as_str()))
             .cloned()
             .collect();
         for uid in gone {
             st.stop(&uid);
+            changed = true;
         }
+        let same_config_maps = st.config_maps.len() == config_maps.len()
+            && st
+                .config_maps
+                .iter()
+                .zip(config_maps)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !changed && same_config_maps {
+            if st.forget() {
+                elect::elect(&mut st);
+            } else {
+                elect::tick(&mut st);
+            }
+            return;
+        }
+        st.config_maps = config_maps.to_vec();
         let State {
             members, by_pod, ..
         } = &mut *st;
         rings::assign(members, by_pod, pods, config_maps);
         st.depart_for_newcomers(&joined);
         st.forget();
-        st.save_disks();
+        st.rings_dirty = st.save_disks();
         elect::elect(&mut st);
     }
 

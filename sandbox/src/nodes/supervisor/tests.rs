@@ -553,3 +553,30 @@ fn a_tick_only_finishes_elections_that_are_due() {
     assert_eq!(ids(("ns/r", "redis.default")), ["a1", "b2", "c3"]);
     assert_eq!(ids(("ns/r", "nginx.default")), ["s9"]);
 }
+
+/// A world step with no member change still sees a changed peer file (the rings are derived
+/// again), and one that changes nothing the rings depend on leaves the elections alone.
+#[tokio::test]
+async fn a_changed_peer_file_alone_joins_rings_and_an_unchanged_world_restarts_nothing() {
+    let hub = Arc::new(Hub::default());
+    let pods = vec![
+        pod("a", "ua", "127.1.0.2", json!({}), json!([])),
+        pod("b", "ub", "127.1.0.3", json!({}), json!([])),
+        pod("c", "uc", "127.1.0.4", json!({}), json!([])),
+    ];
+    step_settled(&hub, &pods, &peer_file("10.9.9.9"));
+    assert_eq!(census_of(&hub, "ua").2, 1, "nobody named: lone rings");
+    // Same pods (the same allocations), a new peer file: one ring of three.
+    let cms = peer_file("127.1.0.2");
+    step_settled(&hub, &pods, &cms);
+    let (status, leader, alive, total) = census_of(&hub, "ua");
+    assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 3, 3));
+    assert!(leader.is_some());
+    // Nothing changed: the finished election stands, without a new term.
+    hub.step(Some((&pods, &cms)));
+    assert_eq!(
+        census_of(&hub, "ub"),
+        ("ElectionFinished".into(), leader, 3, 3)
+    );
+    hub.shutdown();
+}
