@@ -28,7 +28,7 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use habitat_machine::{Blocker, Phase, Step};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -541,11 +541,37 @@ fn next_requeue(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Opt
         // The StatefulSet's and the pods' watch events say when it moved.
         Outcome::Waiting(Blocker::Rollout) => None,
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => None,
+        Outcome::Waiting(Blocker::Nothing) if !follows_channel(h) => {
+            ctx.backoffs.reset(uid);
+            Some(if leader {
+                settled_census_poll(h, ctx.resync, Utc::now())
+            } else {
+                ctx.resync
+            })
+        }
         Outcome::Waiting(_) => {
             ctx.backoffs.reset(uid);
             Some(if leader { LEADER_POLL } else { ctx.resync })
         }
     }
+}
+
+/// How soon a settled leader group reads its census again: [`LEADER_POLL`] just after a
+/// condition changed, then as long as it has stood since (10 s, then 20, 40...), up to the
+/// resync interval. A leader group that stays settled is read less and less; a member that
+/// dies or is replaced changes its pods, whose watch events wake it at once and, through the
+/// election they start, its conditions. A re-election no pod event shows (the supervisors
+/// lost each other but kept running) is seen within the resync interval. Supervisors that
+/// follow a channel update themselves without any Kubernetes event, and keep the short poll.
+fn settled_census_poll(h: &Habitat, resync: Duration, now: DateTime<Utc>) -> Duration {
+    let changed = h
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .map(|c| conditions::from_time(&c.last_transition_time))
+        .max();
+    let settled_for = changed.map_or(Duration::ZERO, |t| (now - t).to_std().unwrap_or_default());
+    settled_for.clamp(LEADER_POLL, resync.max(LEADER_POLL))
 }
 
 #[cfg(test)]
@@ -694,6 +720,46 @@ mod tests {
             next_requeue(&ctx, &group, "b", &rollout),
             Some(ROLLOUT_POLL)
         );
+    }
+
+    /// A settled leader group reads its census less often the longer it has stood, up to the
+    /// resync interval; one whose conditions just changed, or whose supervisors follow a
+    /// channel, keeps the short poll.
+    #[tokio::test]
+    async fn a_settled_leader_group_is_read_less_often_the_longer_it_stands() {
+        use crate::api::fixtures::HabitatFixture;
+        use crate::api::HabitatStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let ctx = context(kube::Client::try_from(config).expect("a client"));
+        let settled = Outcome::Waiting(Blocker::Nothing);
+        let stood = |ago: i64| {
+            let mut h = crate::api::fixtures::habitat().leader();
+            let at = Utc::now() - chrono::Duration::seconds(ago);
+            h.status = Some(HabitatStatus {
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: "Ready".into(),
+                    message: String::new(),
+                    last_transition_time: conditions::to_time(at),
+                    observed_generation: Some(1),
+                }],
+                ..HabitatStatus::default()
+            });
+            h
+        };
+        let poll = |h: &Habitat| next_requeue(&ctx, h, "g", &settled).expect("a poll");
+        let secs = |d: Duration| d.as_secs_f64().round() as u64;
+        assert_eq!(poll(&crate::api::fixtures::habitat().leader()), LEADER_POLL);
+        assert_eq!(poll(&stood(2)), LEADER_POLL);
+        assert_eq!(secs(poll(&stood(40))), 40);
+        assert_eq!(poll(&stood(3600)), ctx.resync.max(LEADER_POLL));
+        let mut channel = stood(3600);
+        channel.spec.service.update_strategy = UpdateStrategy::AtOnce;
+        assert_eq!(poll(&channel), LEADER_POLL);
+        let standalone = crate::api::fixtures::habitat();
+        assert_eq!(poll(&standalone), ctx.resync);
     }
 
     /// A sandbox with the Habitat CRD installed, and a client of it (the sandbox runs while the
