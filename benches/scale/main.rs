@@ -43,7 +43,7 @@ fn parse_args() -> Result<Args, String> {
         grounds: vec![],
         sizes: vec![],
         workers: 4,
-        resync: Duration::from_secs(10),
+        resync: Duration::from_secs(60),
         floor: true,
     };
     let mut it = std::env::args().skip(1);
