@@ -541,17 +541,15 @@ fn next_requeue(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Opt
         // The StatefulSet's and the pods' watch events say when it moved.
         Outcome::Waiting(Blocker::Rollout) => None,
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => None,
-        Outcome::Waiting(Blocker::Nothing) if !follows_channel(h) => {
+        Outcome::Waiting(blocker) => {
             ctx.backoffs.reset(uid);
-            Some(if leader {
+            Some(if !leader {
+                ctx.resync
+            } else if *blocker == Blocker::Nothing && !follows_channel(h) {
                 settled_census_poll(h, ctx.resync, Utc::now())
             } else {
-                ctx.resync
+                LEADER_POLL
             })
-        }
-        Outcome::Waiting(_) => {
-            ctx.backoffs.reset(uid);
-            Some(if leader { LEADER_POLL } else { ctx.resync })
         }
     }
 }
@@ -779,28 +777,39 @@ mod tests {
         (sandbox, client)
     }
 
-    /// A new Habitat gets its finalizer and its first pass in one reconcile: kube's finalizer
-    /// helper alone added the finalizer and left the first pass to the next wake-up.
-    #[tokio::test]
-    async fn the_first_reconcile_adds_the_finalizer_and_goes_on() {
-        let (sandbox, client) = sandbox_with_crd().await;
-        let mut ns = Namespace::default();
-        ns.metadata.name = Some("first".into());
+    /// Creates namespace `ns` and, in it, the fixture Habitat `redis` with `finalizers`.
+    async fn habitat_in(
+        client: &kube::Client,
+        ns: &str,
+        finalizers: Option<Vec<String>>,
+    ) -> (Api<Habitat>, Habitat) {
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(ns.into());
         Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
+            .create(&PostParams::default(), &namespace)
             .await
             .expect("namespace created");
         let mut h = crate::api::fixtures::habitat();
         h.metadata = kube::api::ObjectMeta {
             name: Some("redis".into()),
-            namespace: Some("first".into()),
+            namespace: Some(ns.into()),
+            finalizers,
             ..Default::default()
         };
-        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "first");
+        let habitats: Api<Habitat> = Api::namespaced(client.clone(), ns);
         let created = habitats
             .create(&PostParams::default(), &h)
             .await
             .expect("Habitat created");
+        (habitats, created)
+    }
+
+    /// A new Habitat gets its finalizer and its first pass in one reconcile: kube's finalizer
+    /// helper alone added the finalizer and left the first pass to the next wake-up.
+    #[tokio::test]
+    async fn the_first_reconcile_adds_the_finalizer_and_goes_on() {
+        let (sandbox, client) = sandbox_with_crd().await;
+        let (habitats, created) = habitat_in(&client, "first", None).await;
         let ctx = context(client.clone());
         reconcile(Arc::new(created.clone()), ctx.clone())
             .await
@@ -841,27 +850,9 @@ mod tests {
     #[tokio::test]
     async fn a_terminating_namespace_stops_the_reconcile_quietly() {
         let (sandbox, client) = sandbox_with_crd().await;
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let mut ns = Namespace::default();
-        ns.metadata.name = Some("going".into());
-        namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("namespace created");
-        let mut h = crate::api::fixtures::habitat();
-        h.metadata = kube::api::ObjectMeta {
-            name: Some("redis".into()),
-            namespace: Some("going".into()),
-            finalizers: Some(vec![FINALIZER.into()]),
-            ..Default::default()
-        };
-        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "going");
-        let stale = habitats
-            .create(&PostParams::default(), &h)
-            .await
-            .expect("Habitat created");
+        let (_, stale) = habitat_in(&client, "going", Some(vec![FINALIZER.into()])).await;
         // The Habitat's finalizer keeps the namespace terminating.
-        namespaces
+        Api::<Namespace>::all(client.clone())
             .delete("going", &DeleteParams::default())
             .await
             .expect("namespace deletion starts");

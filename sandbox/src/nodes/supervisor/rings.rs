@@ -14,21 +14,19 @@ use std::sync::Arc;
 fn peer_addresses<'a>(
     pod: &'a Value,
     config_maps: &HashMap<(&str, &str), &'a Value>,
-) -> impl Iterator<Item = &'a str> + 'a {
+) -> Vec<&'a str> {
     let ns = meta::namespace(pod);
-    let files: Vec<&'a str> = pod["spec"]["volumes"]
+    pod["spec"]["volumes"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|v| v["configMap"]["name"].as_str())
         .filter_map(|name| config_maps.get(&(ns, name)))
         .filter_map(|c| c["data"]["peer-ip"].as_str())
-        .collect();
-    files
-        .into_iter()
-        .flat_map(|text| text.lines())
+        .flat_map(str::lines)
         .map(|l| l.trim().split(':').next().unwrap_or_default())
         .filter(|ip| !ip.is_empty())
+        .collect()
 }
 
 /// Union-find over member positions.
@@ -111,7 +109,7 @@ pub fn assign(
             let ns = meta::namespace(pod);
             let known: Vec<&str> = match &all[i].restored_peers {
                 Some(ips) => ips.iter().map(String::as_str).collect(),
-                None => peer_addresses(pod, &cms).collect(),
+                None => peer_addresses(pod, &cms),
             };
             for ip in known {
                 if let Some(&other) = by_ip.get(&(ns, ip)) {
