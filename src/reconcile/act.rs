@@ -129,6 +129,7 @@ pub async fn act(
                         name: name.clone(),
                         source,
                     })?;
+                ctx.echoes.wrote(&updated);
                 if let Some(slot) = snap.pods.iter_mut().find(|p| p.name_any() == name) {
                     *slot = updated;
                 }

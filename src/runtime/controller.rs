@@ -25,6 +25,7 @@ use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::{error_policy, reconcile};
+use crate::runtime::triggers::{Triggers, Wake};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -66,19 +67,20 @@ where
 type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
 
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
-/// `indexed` sees every event after the store applied it (the secondary indexes); with `echoes`,
-/// the events of this process's own writes update the cache but are not triggers.
+/// `indexed` sees every event after the store applied it (the secondary indexes); `wake` says
+/// which updates are triggers ([`Triggers`]).
 fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
     modify: impl FnMut(&mut K) + Send + 'static,
     indexed: impl Fn(&watcher::Event<K>) + Send + 'static,
-    echoes: Option<Arc<Echoes>>,
+    wake: Wake,
 ) -> (Store<K>, Trigger<K>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + DeserializeOwned
+        + serde::Serialize
         + std::fmt::Debug
         + Send
         + Sync
@@ -102,8 +104,8 @@ where
         .modify(modify)
         .reflect(writer)
         .inspect_ok(move |event| indexed(event))
-        .scan(Vec::new(), move |relisted, event| {
-            futures::future::ready(Some(after_relist(relisted, echoes.as_deref(), event)))
+        .scan(Triggers::new(wake), |triggers, event| {
+            futures::future::ready(Some(triggers.after(event)))
         })
         .flat_map(futures::stream::iter);
     (store, forward(stream))
@@ -216,70 +218,53 @@ impl WatchRetry {
     }
 }
 
-/// The objects an event touched, with those of a (re)list held back until its end.
-///
-/// The reflector fills a relist into a buffer and shows it only at `InitDone`, while
-/// `touched_objects` hands each `InitApply` object on at once: the Controller could look up an
-/// object created while the watch was down before it is in the store, and drop the request
-/// (`ObjectNotFound`) with nothing to wake it again. Holding them back to `InitDone` closes that
-/// window (a hardening: `tests/restart.rs` has not shown it to be the cause of its failure).
-///
-/// An update that is the echo of this process's own write ([`Echoes`]) is no trigger; a relist
-/// and a deletion always are.
-fn after_relist<K: kube::Resource>(
-    relisted: &mut Vec<K>,
-    echoes: Option<&Echoes>,
-    event: Result<watcher::Event<K>, watcher::Error>,
-) -> Vec<Result<K, watcher::Error>> {
-    match event {
-        Ok(watcher::Event::Apply(o)) if echoes.is_some_and(|e| e.is_echo(&o)) => vec![],
-        Ok(watcher::Event::Apply(o)) => vec![Ok(o)],
-        Ok(watcher::Event::Delete(o)) => {
-            if let Some(e) = echoes {
-                e.forget(&o);
-            }
-            vec![Ok(o)]
-        }
-        Ok(watcher::Event::Init) => {
-            relisted.clear();
-            vec![]
-        }
-        Ok(watcher::Event::InitApply(o)) => {
-            relisted.push(o);
-            vec![]
-        }
-        Ok(watcher::Event::InitDone) => std::mem::take(relisted).into_iter().map(Ok).collect(),
-        Err(e) => vec![Err(e)],
-    }
-}
-
 fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Pods as the reconciler reads them: metadata and the status's phase, addresses and
-/// conditions. The spec (containers, volumes, environment: most of a pod) and the containers'
-/// statuses (images, image digests, states; a kubelet writes them for every container) are never
-/// read from the cache, so they are not kept (as controller-runtime's cache transforms do). At
-/// N = 1000 the pods' specs were the largest part of the operator's heap.
+/// Pods as the reconciler reads them: metadata and the status's phase, addresses and Ready
+/// condition. The spec (containers, volumes, environment: most of a pod), the containers'
+/// statuses (images, image digests, states; a kubelet writes them for every container) and the
+/// other conditions are never read from the cache, so they are not kept (as controller-runtime's
+/// cache transforms do). At N = 1000 the pods' specs were the largest part of the operator's
+/// heap. What is not kept does not wake a Habitat either ([`Triggers`]): a pod's binding to its
+/// node changes only its spec.
 pub fn slim_pod(p: &mut Pod) {
     drop_managed_fields(p);
     p.spec = None;
-    if let Some(status) = p.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
+    if let Some(status) = p.status.take() {
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase,
+            pod_ip: status.pod_ip,
+            pod_ips: status.pod_ips,
+            conditions: status
+                .conditions
+                .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..Default::default()
+        });
     }
 }
 
-/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), status and the
-/// spec without its pod template and claim templates, which the operator writes but never reads
-/// back (it compares fingerprints).
+/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), the spec
+/// without its pod template and claim templates, which the operator writes but never reads back
+/// (it compares fingerprints), and the status fields that say how far a rollout is
+/// (`rollout::done`, `rollout::outdated`, the Habitat's status). An update of the others
+/// (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no Habitat.
 pub fn slim_statefulset(s: &mut StatefulSet) {
     drop_managed_fields(s);
     if let Some(spec) = s.spec.as_mut() {
         spec.template = Default::default();
         spec.volume_claim_templates = None;
+    }
+    if let Some(status) = s.status.take() {
+        s.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            observed_generation: status.observed_generation,
+            replicas: status.replicas,
+            ready_replicas: status.ready_replicas,
+            updated_replicas: status.updated_replicas,
+            update_revision: status.update_revision,
+            ..Default::default()
+        });
     }
 }
 
@@ -306,28 +291,28 @@ pub async fn run(
         ours.clone(),
         slim_statefulset,
         |_| {},
-        Some(echoes.clone()),
+        Wake::Changed(echoes.clone()),
     );
     let (cm_store, cms) = cached(
         api::<ConfigMap>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
-        Some(echoes.clone()),
+        Wake::Changed(echoes.clone()),
     );
     let (svc_store, svcs) = cached(
         api::<Service>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
-        Some(echoes.clone()),
+        Wake::Changed(echoes.clone()),
     );
     let (pdb_store, pdbs) = cached(
         api::<PodDisruptionBudget>(&client, ns),
         ours.clone(),
         drop_managed_fields,
         |_| {},
-        Some(echoes.clone()),
+        Wake::Changed(echoes.clone()),
     );
     let pods_index = index.pods_by_habitat.clone();
     let (pod_store, pods) = cached(
@@ -335,7 +320,7 @@ pub async fn run(
         ours,
         slim_pod,
         move |e| pods_index.event(e),
-        None,
+        Wake::Changed(echoes.clone()),
     );
     // Secrets are cached as metadata only (a metadata list and watch: the API server sends no
     // data): the operator needs to know which exist and which carry a ring label; the contents
@@ -352,7 +337,7 @@ pub async fn run(
                 forget.forget(s);
             }
         },
-        None,
+        Wake::Every,
     );
 
     let habitats_index = index.clone();
@@ -361,7 +346,7 @@ pub async fn run(
         watcher::Config::default(),
         drop_managed_fields,
         move |e| habitats_index.habitat_event(e),
-        Some(echoes.clone()),
+        Wake::Changed(echoes.clone()),
     );
     let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
@@ -552,7 +537,9 @@ mod tests {
             "spec": {"containers": [{"name": "habitat", "image": "kinvolk/redis-hab"}]},
             "status": {
                 "phase": "Running", "podIP": "10.0.0.1",
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "hostIP": "10.0.0.254", "startTime": "2026-12-02T00:00:00Z",
+                "conditions": [{"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"}],
                 "containerStatuses": [{"name": "habitat", "image": "kinvolk/redis-hab",
                     "imageID": "sha256:0", "ready": true, "restartCount": 0}],
             },
@@ -560,63 +547,78 @@ mod tests {
         .expect("a pod");
         slim_pod(&mut p);
         assert!(p.spec.is_none());
-        let status = p.status.expect("the status is kept");
+        assert!(crate::reconcile::peer::is_ready(&p), "still ready as read");
+        let status = p.status.clone().expect("the status is kept");
         assert!(status.container_statuses.is_none());
+        assert!(status.host_ip.is_none() && status.start_time.is_none());
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
-        assert_eq!(status.conditions.map(|c| c.len()), Some(1));
-        assert_eq!(p.metadata.labels.map(|l| l.len()), Some(1));
+        let kept: Vec<_> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| &c.type_)
+            .collect();
+        assert_eq!(kept, ["Ready"]);
+        assert_eq!(p.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+
+        // The kubelet's binding changes only the spec: its event wakes nothing.
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        let mut bound: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "habitat"}]},
+        }))
+        .expect("a pod");
+        slim_pod(&mut bound);
+        assert_eq!(
+            triggers
+                .after(Ok(watcher::Event::Apply(bound.clone())))
+                .len(),
+            1
+        );
+        let mut scheduled: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "uid": "u", "resourceVersion": "2"},
+            "spec": {"containers": [{"name": "habitat"}], "nodeName": "sandbox-node"},
+        }))
+        .expect("a pod");
+        slim_pod(&mut scheduled);
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(scheduled)))
+            .is_empty());
     }
 
     #[test]
-    fn the_echo_of_an_own_write_updates_the_cache_but_wakes_nothing() {
-        let echoes = Echoes::default();
-        let mut written = config_map("redis-peer");
-        written.metadata.uid = Some("u".into());
-        written.metadata.resource_version = Some("7".into());
-        let names = |out: Vec<Result<ConfigMap, watcher::Error>>| -> Vec<String> {
-            out.into_iter().flatten().map(|c| c.name_any()).collect()
+    fn a_cached_statefulset_keeps_the_rollout_and_wakes_only_on_it() {
+        let sts = |rv: &str, ready: i32, available: i32| -> StatefulSet {
+            let mut s: StatefulSet = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "redis", "uid": "u", "resourceVersion": rv, "generation": 1},
+                "spec": {"replicas": 3, "selector": {}, "serviceName": "redis",
+                    "template": {"spec": {"containers": [{"name": "habitat"}]}}},
+                "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": ready,
+                    "updatedReplicas": 3, "updateRevision": "redis-1", "currentRevision": "redis-1",
+                    "availableReplicas": available, "currentReplicas": 3},
+            }))
+            .expect("a StatefulSet");
+            slim_statefulset(&mut s);
+            s
         };
-        let mut relisted = vec![];
-        echoes.wrote(&written);
-        let apply = |o: &ConfigMap| Ok(watcher::Event::Apply(o.clone()));
-        assert!(names(after_relist(&mut relisted, Some(&echoes), apply(&written))).is_empty());
-        // The next version is someone else's change.
-        let mut changed = written.clone();
-        changed.metadata.resource_version = Some("8".into());
+        let three = sts("1", 3, 2);
+        assert!(crate::reconcile::rollout::done(&three, 3), "done as read");
+        let status = three.status.clone().expect("the status is kept");
+        assert_eq!(status.update_revision.as_deref(), Some("redis-1"));
+        assert!(status.available_replicas.is_none() && status.current_revision.is_none());
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        assert_eq!(triggers.after(Ok(watcher::Event::Apply(three))).len(), 1);
+        // Only availableReplicas moved: nothing the reconciler reads.
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(sts("2", 3, 3))))
+            .is_empty());
+        // A pod stopped being ready: the rollout is not done any more.
         assert_eq!(
-            names(after_relist(&mut relisted, Some(&echoes), apply(&changed))),
-            ["redis-peer"]
-        );
-        // A relist and a deletion are triggers even when they show the written version.
-        echoes.wrote(&written);
-        for event in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(written.clone()),
-        ] {
-            assert!(names(after_relist(&mut relisted, Some(&echoes), Ok(event))).is_empty());
-        }
-        assert_eq!(
-            names(after_relist(
-                &mut relisted,
-                Some(&echoes),
-                Ok(watcher::Event::InitDone)
-            )),
-            ["redis-peer"]
-        );
-        assert_eq!(
-            names(after_relist(
-                &mut relisted,
-                Some(&echoes),
-                Ok(watcher::Event::Delete(written.clone()))
-            )),
-            ["redis-peer"]
-        );
-        assert!(echoes.is_empty(), "a deletion forgets the write");
-        // Without echoes (pods, Secrets) every update is a trigger.
-        assert_eq!(
-            names(after_relist(&mut relisted, None, apply(&written))),
-            ["redis-peer"]
+            triggers
+                .after(Ok(watcher::Event::Apply(sts("3", 2, 2))))
+                .len(),
+            1
         );
     }
 

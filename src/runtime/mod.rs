@@ -10,3 +10,4 @@ pub mod lease;
 pub mod runner;
 pub mod server;
 pub mod telemetry;
+pub mod triggers;

@@ -1,0 +1,250 @@
+//! Which watch events wake a Habitat: the objects a watch touched, handed to the Controller.
+//!
+//! Every event updates the cache (the reflector runs before this); not every event is a reason
+//! to reconcile:
+//!
+//! - **A relist** (after a watch expired) is held back to its end. The reflector fills a relist
+//!   into a buffer and shows it only at `InitDone`, while `touched_objects` hands each
+//!   `InitApply` object on at once: the Controller could look up an object created while the
+//!   watch was down before it is in the store, and drop the request (`ObjectNotFound`) with
+//!   nothing to wake it again. Every relisted object is a trigger at `InitDone`.
+//! - **An echo** of this process's own write ([`Echoes`]) is no trigger.
+//! - **An unchanged object** is no trigger: an update after which the object, as the cache keeps
+//!   it (the `slim_*` transforms drop what the reconciler never reads), differs from the last
+//!   version seen only in its resourceVersion. A pod's binding to its node changes only its
+//!   spec, which the cache does not keep; a StatefulSet's status update that moves only its
+//!   `availableReplicas` or `currentRevision` changes nothing the reconciler reads. At N = 1000
+//!   these updates arrive minutes apart, too far apart for the Controller to merge them, and
+//!   each woke a reconcile that found nothing to do.
+//! - **A deletion** always is a trigger.
+//!
+//! Secrets are cached as metadata only, so a change of their data shows as a resourceVersion
+//! alone: their watch wakes on [`Wake::Every`] event.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use kube::runtime::watcher;
+use kube::Resource;
+use serde::Serialize;
+
+use crate::reconcile::echoes::Echoes;
+
+/// Which updates of a watched kind wake a Habitat.
+#[derive(Debug, Clone)]
+pub enum Wake {
+    /// Every update.
+    Every,
+    /// Updates that changed the cached object and are not echoes of this process's writes.
+    Changed(Arc<Echoes>),
+}
+
+/// The state of one watch's trigger filter.
+#[derive(Debug)]
+pub struct Triggers<K> {
+    wake: Wake,
+    /// The objects of a relist under way.
+    relisted: Vec<K>,
+    /// With [`Wake::Changed`]: a hash of each object's content (without its resourceVersion)
+    /// by a hash of its uid. Hashes instead of the uids and objects themselves: 16 bytes per
+    /// object. Two uids whose 64-bit hashes collide and whose contents' hashes collide too (an
+    /// update taken for unchanged) are not a practical concern at 10⁴ objects.
+    seen: HashMap<u64, u64>,
+}
+
+impl<K: Resource + Serialize> Triggers<K> {
+    pub fn new(wake: Wake) -> Self {
+        Triggers {
+            wake,
+            relisted: vec![],
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The objects `event` touched that wake a Habitat, in order.
+    pub fn after(
+        &mut self,
+        event: Result<watcher::Event<K>, watcher::Error>,
+    ) -> Vec<Result<K, watcher::Error>> {
+        match event {
+            Ok(watcher::Event::Apply(mut o)) => {
+                let Wake::Changed(echoes) = &self.wake else {
+                    return vec![Ok(o)];
+                };
+                let unchanged = record(&mut self.seen, &mut o);
+                // Asked either way: the question forgets the write.
+                let echo = echoes.is_echo(&o);
+                if unchanged || echo {
+                    vec![]
+                } else {
+                    vec![Ok(o)]
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Wake::Changed(echoes) = &self.wake {
+                    echoes.forget(&o);
+                    if let Some(uid) = uid_key(&o) {
+                        self.seen.remove(&uid);
+                    }
+                }
+                vec![Ok(o)]
+            }
+            Ok(watcher::Event::Init) => {
+                self.relisted.clear();
+                self.seen.clear();
+                vec![]
+            }
+            Ok(watcher::Event::InitApply(mut o)) => {
+                if matches!(self.wake, Wake::Changed(_)) {
+                    record(&mut self.seen, &mut o);
+                }
+                self.relisted.push(o);
+                vec![]
+            }
+            Ok(watcher::Event::InitDone) => std::mem::take(&mut self.relisted)
+                .into_iter()
+                .map(Ok)
+                .collect(),
+            Err(e) => vec![Err(e)],
+        }
+    }
+}
+
+/// Remembers the content of `o` in `seen`; whether it is the content last seen for its uid.
+fn record<K: Resource + Serialize>(seen: &mut HashMap<u64, u64>, o: &mut K) -> bool {
+    let (Some(uid), Some(content)) = (uid_key(o), content_hash(o)) else {
+        return false;
+    };
+    seen.insert(uid, content) == Some(content)
+}
+
+fn uid_key<K: Resource>(o: &K) -> Option<u64> {
+    let uid = o.meta().uid.as_deref()?;
+    let mut h = DefaultHasher::new();
+    uid.hash(&mut h);
+    Some(h.finish())
+}
+
+/// A hash of the object without its resourceVersion, from its JSON serialization (streamed
+/// into the hasher: nothing is allocated). `None` if it does not serialize.
+fn content_hash<K: Resource + Serialize>(o: &mut K) -> Option<u64> {
+    struct Feed<'a>(&'a mut DefaultHasher);
+    impl std::io::Write for Feed<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let version = o.meta_mut().resource_version.take();
+    let mut h = DefaultHasher::new();
+    let serialized = serde_json::to_writer(Feed(&mut h), &*o).is_ok();
+    o.meta_mut().resource_version = version;
+    serialized.then(|| h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
+
+    fn config_map(name: &str, rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.uid = Some(format!("uid-{name}"));
+        cm.metadata.resource_version = Some(rv.into());
+        cm
+    }
+
+    fn names(out: Vec<Result<ConfigMap, watcher::Error>>) -> Vec<String> {
+        out.into_iter().flatten().map(|c| c.name_any()).collect()
+    }
+
+    fn apply(o: &ConfigMap) -> Result<watcher::Event<ConfigMap>, watcher::Error> {
+        Ok(watcher::Event::Apply(o.clone()))
+    }
+
+    fn with_data(mut cm: ConfigMap, rv: &str, value: &str) -> ConfigMap {
+        cm.metadata.resource_version = Some(rv.into());
+        cm.data = Some([("peer-watch-file".to_string(), value.to_string())].into());
+        cm
+    }
+
+    #[test]
+    fn the_echo_of_an_own_write_updates_the_cache_but_wakes_nothing() {
+        let echoes = Arc::new(Echoes::default());
+        let mut t = Triggers::new(Wake::Changed(echoes.clone()));
+        let written = config_map("redis-peer", "7");
+        echoes.wrote(&written);
+        assert!(names(t.after(apply(&written))).is_empty());
+        // The next version is someone else's change.
+        let changed = with_data(written.clone(), "8", "10.0.0.1");
+        assert_eq!(names(t.after(apply(&changed))), ["redis-peer"]);
+        // A relist and a deletion are triggers even when they show the written version.
+        echoes.wrote(&written);
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(written.clone()),
+        ] {
+            assert!(names(t.after(Ok(event))).is_empty());
+        }
+        assert_eq!(names(t.after(Ok(watcher::Event::InitDone))), ["redis-peer"]);
+        assert_eq!(
+            names(t.after(Ok(watcher::Event::Delete(written.clone())))),
+            ["redis-peer"]
+        );
+        assert!(echoes.is_empty(), "a deletion forgets the write");
+    }
+
+    #[test]
+    fn an_update_that_changed_only_the_resource_version_wakes_nothing() {
+        let mut t = Triggers::new(Wake::Changed(Arc::default()));
+        let first = config_map("redis-peer", "7");
+        assert_eq!(names(t.after(apply(&first))), ["redis-peer"]);
+        let mut same = first.clone();
+        same.metadata.resource_version = Some("8".into());
+        assert!(names(t.after(apply(&same))).is_empty());
+        // A change of content wakes, and so does the change back.
+        let changed = with_data(first.clone(), "9", "10.0.0.1");
+        assert_eq!(names(t.after(apply(&changed))), ["redis-peer"]);
+        let back = with_data(first.clone(), "10", "10.0.0.2");
+        assert_eq!(names(t.after(apply(&back))), ["redis-peer"]);
+        // Each object is compared with its own last version.
+        let other = config_map("nginx-peer", "11");
+        assert_eq!(names(t.after(apply(&other))), ["nginx-peer"]);
+        // A deletion wakes, and a re-created object (same content) wakes again.
+        assert_eq!(
+            names(t.after(Ok(watcher::Event::Delete(back.clone())))),
+            ["redis-peer"]
+        );
+        assert_eq!(names(t.after(apply(&back))), ["redis-peer"]);
+        // After a relist, an object is compared with its relisted version.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(back.clone()),
+            watcher::Event::InitDone,
+        ] {
+            t.after(Ok(event));
+        }
+        let mut again = back.clone();
+        again.metadata.resource_version = Some("12".into());
+        assert!(names(t.after(apply(&again))).is_empty());
+    }
+
+    #[test]
+    fn every_update_of_a_metadata_only_watch_wakes() {
+        // A Secret cached as metadata shows a change of its data as a new resourceVersion.
+        let mut t = Triggers::new(Wake::Every);
+        let first = config_map("ring-key", "7");
+        assert_eq!(names(t.after(apply(&first))), ["ring-key"]);
+        let mut same = first.clone();
+        same.metadata.resource_version = Some("8".into());
+        assert_eq!(names(t.after(apply(&same))), ["ring-key"]);
+        assert!(t.seen.is_empty(), "nothing is remembered");
+    }
+}
