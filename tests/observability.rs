@@ -651,4 +651,67 @@ async fn every_dashboard_query_returns_data(ground: Ground) {
     );
 }
 
-on_both_grounds!(every_dashboard_query_returns_data);
+/// The operator's Event recorder against the server: a repeat of the same note about the same
+/// object counts in the first Event's series (a merge patch both grounds accept); another note
+/// is an Event of its own.
+async fn a_repeated_event_counts_in_its_series(ground: Ground) {
+    use habitat_operator::cluster::events::{Note, Recorder};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{Api, PostParams};
+    use kube::Resource;
+
+    let env = env_on!(ground, "event-series", false);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("regarded".into());
+    let cm = cms
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("a ConfigMap");
+    let recorder = Recorder::new(
+        env.client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "habitat-operator".into(),
+            instance: Some("test".into()),
+        },
+    );
+    let regarding = cm.object_ref(&());
+    let failed = Note::warning("ApplyFailed", "StatefulSet regarded: forbidden");
+    for _ in 0..3 {
+        recorder
+            .publish(&failed, &regarding)
+            .await
+            .expect("recorded");
+    }
+    recorder
+        .publish(
+            &Note::normal("EnteredReady", "Deploying → Ready"),
+            &regarding,
+        )
+        .await
+        .expect("recorded");
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    let mut seen: Vec<(String, Option<i32>)> = events
+        .list(&ListParams::default())
+        .await
+        .expect("Events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("regarded"))
+        .map(|e| (e.reason.unwrap_or_default(), e.series.map(|s| s.count)))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("ApplyFailed".to_string(), Some(3)),
+            ("EnteredReady".to_string(), None)
+        ]
+    );
+}
+
+on_both_grounds!(
+    every_dashboard_query_returns_data,
+    a_repeated_event_counts_in_its_series
+);

@@ -153,10 +153,17 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     let ns = "bench";
     ground.create_namespace(&driver, ns).await?;
     let identity = format!("bench-{}-{n}", ground.kind.name());
-    let logs = tempfile::Builder::new()
+    let mut logs = tempfile::Builder::new()
         .prefix("habitat-bench-operator-")
         .tempdir()
         .map_err(|e| e.to_string())?;
+    if std::env::var_os("HABITAT_BENCH_OPERATOR_LOG").is_some() {
+        logs.disable_cleanup(true);
+        eprintln!(
+            "operator log (kept): {}",
+            logs.path().join("operator.log").display()
+        );
+    }
     let mut op = operator::Operator::start(
         &ground.operator_kubeconfig,
         ns,

@@ -19,6 +19,14 @@ impl Drop for Operator {
     }
 }
 
+/// The operator's log filter: `warn`, or `HABITAT_BENCH_OPERATOR_LOG` (for example
+/// `warn,habitat_operator::reconcile=debug,kube_runtime::controller=info`: one line per
+/// reconcile, with the reason kube's Controller ran it). With it set the log is kept, and its path
+/// printed.
+pub fn log_level() -> String {
+    std::env::var("HABITAT_BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into())
+}
+
 fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -66,7 +74,7 @@ impl Operator {
             ])
             .args(["--workers", &workers.to_string()])
             .args(["--resync-seconds", &resync.as_secs().max(1).to_string()])
-            .args(["--log-level", "warn", "--kubeconfig"])
+            .args(["--log-level", &log_level(), "--kubeconfig"])
             .arg(kubeconfig)
             .env("POD_NAME", identity)
             .stdin(Stdio::null())

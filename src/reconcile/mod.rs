@@ -262,14 +262,16 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     ctx.events.send(h, notes);
     match pass.failure {
         Some(e) => Err(e),
-        None => Ok(
+        None => {
             // A deferred progress write is looked at again when it is due.
-            match (next_requeue(ctx, h, &uid, &pass.outcome), deferred) {
-                (Some(after), Some(wait)) => Action::requeue(after.min(wait)),
-                (None, Some(wait)) | (Some(wait), None) => Action::requeue(wait),
-                (None, None) => Action::await_change(),
-            },
-        ),
+            let next = match (next_requeue(ctx, h, &uid, &pass.outcome), deferred) {
+                (Some(after), Some(wait)) => Some(after.min(wait)),
+                (None, Some(wait)) | (Some(wait), None) => Some(wait),
+                (None, None) => None,
+            };
+            tracing::debug!(%ns, name = %h.name_any(), outcome = ?pass.outcome, requeue = ?next, "reconciled");
+            Ok(next.map_or_else(Action::await_change, Action::requeue))
+        }
     }
 }
 
@@ -576,12 +578,13 @@ fn settled_census_poll(h: &Habitat, resync: Duration, now: DateTime<Utc>) -> Dur
 mod tests {
     use super::*;
     use crate::cluster::census::{CensusSource, HttpCensus};
+    use crate::cluster::events::Recorder;
     use crate::reconcile::context::Stores;
     use crate::reconcile::metrics::Metrics;
     use crate::reconcile::requeue::Backoffs;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
-    use kube::runtime::events::{Recorder, Reporter};
+    use kube::runtime::events::Reporter;
     use kube::runtime::reflector;
     use kube::CustomResourceExt;
     use std::sync::atomic::AtomicBool;
