@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::cluster::events::Recorder;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
@@ -18,7 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
-use crate::cluster::events::EventSink;
+use crate::cluster::events::{EventSink, Recorder};
 use crate::reconcile::context::{Context, Stores};
 use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::{self, Indexes};
