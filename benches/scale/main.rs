@@ -42,7 +42,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         grounds: vec![],
         sizes: vec![],
-        workers: 4,
+        workers: habitat_operator::runtime::controller::DEFAULT_WORKERS,
         resync: Duration::from_secs(60),
         floor: true,
     };

@@ -56,7 +56,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub namespace: Option<String>,
     /// Habitats reconciled concurrently.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = crate::runtime::controller::DEFAULT_WORKERS, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
     /// Address of the /metrics, /healthz and /readyz endpoints.
     #[arg(long, default_value = "0.0.0.0:8080")]
@@ -81,11 +81,11 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The settings of an operator embedded in another command (the sandbox, the benchmark):
-    /// all namespaces, four workers, no leader election, the given endpoint and logging.
+    /// all namespaces, the default workers, no leader election, the given endpoint and logging.
     pub fn embedded(metrics_addr: SocketAddr, log_level: &str, log_format: LogFormat) -> Self {
         RunArgs {
             namespace: None,
-            workers: 4,
+            workers: crate::runtime::controller::DEFAULT_WORKERS,
             metrics_addr,
             leader_elect: false,
             leader_elect_namespace: None,
@@ -156,6 +156,23 @@ mod tests {
         cmd.get_arguments()
             .filter_map(|a| a.get_long().map(str::to_string))
             .collect()
+    }
+
+    #[test]
+    fn the_chart_and_the_embedded_operator_default_to_the_binarys_workers() {
+        let cli = Cli::try_parse_from(["habitat-operator", "run"]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!()
+        };
+        assert_eq!(r.workers, crate::runtime::controller::DEFAULT_WORKERS);
+        let embedded = RunArgs::embedded("127.0.0.1:0".parse().unwrap(), "warn", LogFormat::Text);
+        assert_eq!(embedded.workers, r.workers);
+        let values = include_str!("../../deploy/helm/habitat-operator/values.yaml");
+        let chart = values
+            .lines()
+            .find_map(|l| l.strip_prefix("workers:"))
+            .map(|v| v.trim().parse::<u16>().unwrap());
+        assert_eq!(chart, Some(r.workers), "deploy/helm values.yaml `workers`");
     }
 
     #[test]
