@@ -33,7 +33,11 @@ impl PatchType {
 /// Parse a patch body (YAML for apply, JSON otherwise).
 pub fn parse_body(pt: PatchType, body: &[u8]) -> Result<Value, ApiError> {
     let parsed = if pt == PatchType::Apply {
-        serde_yaml::from_slice::<Value>(body).map_err(|e| e.to_string())
+        // An apply body is YAML, of which JSON is a subset; clients send JSON (kube, client-go),
+        // and the JSON parser is many times faster than the YAML one.
+        serde_json::from_slice::<Value>(body)
+            .or_else(|_| serde_yaml::from_slice::<Value>(body))
+            .map_err(|e| e.to_string())
     } else {
         serde_json::from_slice::<Value>(body).map_err(|e| e.to_string())
     };
@@ -213,6 +217,15 @@ fn remove_dropped(target: &mut Value, prev: &Value, cur: &Value, depth: usize) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_apply_body_is_json_or_yaml() {
+        let json = parse_body(PatchType::Apply, br#"{"data": {"a": "1"}}"#).expect("json");
+        let yaml = parse_body(PatchType::Apply, b"data:\n  a: \"1\"\n").expect("yaml");
+        assert_eq!(json, json!({"data": {"a": "1"}}));
+        assert_eq!(yaml, json);
+        assert!(parse_body(PatchType::Apply, b"data: [unclosed").is_err());
+    }
 
     #[test]
     fn strategic_merges_by_name() {
