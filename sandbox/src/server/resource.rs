@@ -21,8 +21,7 @@ fn parse_json(r: &Req) -> Result<Value, ApiError> {
         return Err(ApiError::unsupported_media_type(ct));
     }
     let body = &r.body;
-    serde_json::from_slice(body)
-        .or_else(|_| serde_yaml::from_slice(body))
+    patch::json_or_yaml(body)
         .map_err(|e| ApiError::bad_request(format!("unable to decode the request body: {e}")))
 }
 

@@ -9,11 +9,10 @@
 //! item is correlated, so transition rules under list items never run).
 
 use super::schema::{join, render};
-use super::Cause;
+use super::{Cause, Compiled};
 use cel::{Context, Env, Program};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// The standard environment, built once: building it per rule cost a write more than the rule.
 fn env() -> Arc<Env> {
@@ -21,18 +20,12 @@ fn env() -> Arc<Env> {
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
 }
 
-/// `source` compiled, once per distinct source: a CRD's rules are few and evaluated on every
-/// write, so each is parsed the first time only. A rule that does not compile is not kept.
+/// `source` compiled, once per distinct source ([`Compiled`]).
 fn compile(source: &str) -> Result<Arc<Program>, String> {
-    static PROGRAMS: OnceLock<Mutex<HashMap<String, Arc<Program>>>> = OnceLock::new();
-    let programs = PROGRAMS.get_or_init(Default::default);
-    let lock = || programs.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = lock().get(source) {
-        return Ok(p.clone());
-    }
-    let program = Arc::new(Program::compile(source).map_err(|e| e.to_string())?);
-    lock().insert(source.to_string(), program.clone());
-    Ok(program)
+    static PROGRAMS: Compiled<Arc<Program>> = Compiled::new();
+    PROGRAMS.get(source, |s| {
+        Program::compile(s).map(Arc::new).map_err(|e| e.to_string())
+    })
 }
 
 /// Evaluate every rule under `schema` on `v` (at field path `path`), with `old` on update.

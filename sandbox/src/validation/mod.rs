@@ -12,6 +12,35 @@ pub mod crd;
 pub mod schema;
 
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// What the sources of a CRD's schema compile to (CEL rules, `pattern`s), compiled once per
+/// distinct source for the process: a CRD's sources are few and checked on every write. A
+/// source that does not compile is not kept.
+pub(crate) struct Compiled<T>(OnceLock<Mutex<HashMap<String, T>>>);
+
+impl<T: Clone> Compiled<T> {
+    pub(crate) const fn new() -> Self {
+        Compiled(OnceLock::new())
+    }
+
+    /// `source` compiled by `compile`, the first time only.
+    pub(crate) fn get<E>(
+        &self,
+        source: &str,
+        compile: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let map = self.0.get_or_init(Default::default);
+        let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = lock().get(source) {
+            return Ok(t.clone());
+        }
+        let t = compile(source)?;
+        lock().insert(source.to_string(), t.clone());
+        Ok(t)
+    }
+}
 
 /// One field error, as the API server renders it in `details.causes`.
 #[derive(Debug, Clone, PartialEq, Eq)]

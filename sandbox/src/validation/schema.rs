@@ -2,7 +2,7 @@
 //! formats, `required`, `enum`, `pattern`, numeric bounds, lengths, item and property counts,
 //! with the real API server's messages (go-openapi's, as apiextensions converts them).
 
-use super::Cause;
+use super::{Cause, Compiled};
 use serde_json::{Map, Value};
 
 /// Fields every object keeps whatever its schema says.
@@ -197,24 +197,12 @@ fn is_integer(n: &serde_json::Number) -> bool {
             .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
 }
 
-/// The compiled `pattern` of a schema, compiled once per pattern for the process (a schema's
-/// patterns are few and fixed; compiling one on every write was about 7% of the sandbox's CPU at
-/// N = 1000 in `cargo bench --bench scale`). `None` for a pattern that does not compile, which is
-/// not enforced (as before).
+/// The compiled `pattern` of a schema, once per pattern ([`Compiled`]; compiling it on every
+/// write was about 7% of the sandbox's CPU at N = 1000 in `cargo bench --bench scale`). `None`
+/// for a pattern that does not compile, which is not enforced.
 fn pattern(p: &str) -> Option<regex::Regex> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static COMPILED: OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> = OnceLock::new();
-    let mut compiled = COMPILED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(re) = compiled.get(p) {
-        return re.clone();
-    }
-    let re = regex::Regex::new(p).ok();
-    compiled.insert(p.to_string(), re.clone());
-    re
+    static PATTERNS: Compiled<regex::Regex> = Compiled::new();
+    PATTERNS.get(p, regex::Regex::new).ok()
 }
 
 /// A value as Go's `%v`/`%q` print it in field errors.
