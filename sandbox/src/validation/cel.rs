@@ -10,14 +10,40 @@
 
 use super::schema::{join, render};
 use super::{Cause, Compiled};
-use cel::{Context, Env, Program};
+use cel::common::types::{CelBool, CelString};
+use cel::{Context, Env, ExecutionError, Program};
 use serde_json::Value;
 use std::sync::{Arc, OnceLock};
 
 /// The standard environment, built once: building it per rule cost a write more than the rule.
+/// Its `matches()` is [`matches`].
 fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
-    ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib();
+        // Both fail only when `matches` is already declared: the crate's own is left out
+        // (no `regex` feature in Cargo.toml), so a failure here is a build mistake.
+        cel::add_member_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>)
+            .expect("the cel crate is built without its own matches()");
+        cel::add_overload!(env, fn matches: (CelString, CelString) -> Result<CelBool>,
+            id = "matches")
+        .expect("the cel crate is built without its own matches()");
+        Arc::new(env)
+    })
+    .clone()
+}
+
+/// CEL's `matches()` (`s.matches(re)` and `matches(s, re)`), with `re` compiled once
+/// ([`super::regex`]); the `cel` crate's own compiles it on every call. RE2 syntax, as the
+/// real server's, which the `regex` crate follows.
+fn matches(this: &CelString<'_>, re: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    match super::regex(re.inner()) {
+        Ok(compiled) => Ok(CelBool::from(compiled.is_match(this.inner()))),
+        Err(err) => Err(ExecutionError::FunctionError {
+            function: "matches".to_string(),
+            message: format!("'{}' not a valid regex:\n{err}", re.inner()),
+        }),
+    }
 }
 
 /// `source` compiled, once per distinct source ([`Compiled`]).
@@ -225,5 +251,27 @@ mod tests {
         );
         assert!(is_transition("self == oldSelf"));
         assert!(!is_transition("self.size() > 0"));
+    }
+
+    #[test]
+    fn matches_in_both_forms_on_every_evaluation_and_a_bad_regex_says_so() {
+        let rules = |rule: &str| json!({"type": "string", "x-kubernetes-validations": [{"rule": rule, "message": "no"}]});
+        for rule in ["self.matches('^r[0-9]+$')", "matches(self, '^r[0-9]+$')"] {
+            for _ in 0..3 {
+                assert!(validate(&rules(rule), &json!("r42"), None, "spec.x").is_empty());
+                assert_eq!(
+                    texts(validate(&rules(rule), &json!("r4x"), None, "spec.x")),
+                    ["spec.x: Invalid value: \"r4x\": no"]
+                );
+            }
+        }
+        let bad = texts(validate(
+            &rules("self.matches('(r')"),
+            &json!("r"),
+            None,
+            "spec.x",
+        ));
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].contains("not a valid regex"), "{bad:?}");
     }
 }

@@ -2,7 +2,7 @@
 //! formats, `required`, `enum`, `pattern`, numeric bounds, lengths, item and property counts,
 //! with the real API server's messages (go-openapi's, as apiextensions converts them).
 
-use super::{Cause, Compiled};
+use super::Cause;
 use serde_json::{Map, Value};
 
 /// Fields every object keeps whatever its schema says.
@@ -197,12 +197,11 @@ fn is_integer(n: &serde_json::Number) -> bool {
             .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
 }
 
-/// The compiled `pattern` of a schema, once per pattern ([`Compiled`]; compiling it on every
+/// The compiled `pattern` of a schema, once per pattern ([`super::regex`]; compiling it on every
 /// write was about 7% of the sandbox's CPU at N = 1000 in `cargo bench --bench scale`). `None`
 /// for a pattern that does not compile, which is not enforced.
 fn pattern(p: &str) -> Option<regex::Regex> {
-    static PATTERNS: Compiled<regex::Regex> = Compiled::new();
-    PATTERNS.get(p, regex::Regex::new).ok()
+    super::regex(p).ok()
 }
 
 /// A value as Go's `%v`/`%q` print it in field errors.
