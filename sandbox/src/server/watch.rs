@@ -9,8 +9,9 @@ use crate::store::{ChangeKind, Store};
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -41,12 +42,34 @@ pub struct WatchParams {
 /// One watch event line, `{"object":...,"type":"KIND"}` (the keys in the order serde_json
 /// writes an object's), without copying the object.
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut s = String::from("{\"object\":");
-    s.push_str(&object.to_string());
+    line_of(kind, &object.to_string())
+}
+
+/// [`line`] of an object already written as JSON text.
+fn line_of(kind: &str, object: &str) -> Bytes {
+    let mut s = String::with_capacity(object.len() + 32);
+    s.push_str("{\"object\":");
+    s.push_str(object);
     s.push_str(",\"type\":");
     s.push_str(&Value::String(kind.into()).to_string());
     s.push_str("}\n");
     Bytes::from(s)
+}
+
+/// An object a watch event carries: the stored one, shared with its JSON text (written once
+/// for every watch), when it is stored as served.
+enum Shown {
+    Stored(Arc<Value>, Arc<OnceLock<String>>),
+    Owned(Value),
+}
+
+impl Shown {
+    fn line(&self, kind: &str) -> Bytes {
+        match self {
+            Shown::Stored(v, text) => line_of(kind, text.get_or_init(|| v.to_string())),
+            Shown::Owned(v) => line(kind, v),
+        }
+    }
 }
 
 /// Start a watch and return its streaming response.
@@ -193,6 +216,8 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
     let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
     ticker.tick().await;
     loop {
+        // The changes are picked under the store's lock; they are written out after it is
+        // released, so a watch with many events does not hold up every other request.
         let batch = {
             let inner = store.lock();
             match inner.changes_since(&w.rt.storage, pos) {
@@ -210,13 +235,13 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                         if w.named().is_some_and(|n| n != c.key.name) {
                             continue;
                         }
-                        let new = inner.view(&w.rt, &c.object);
+                        let new = inner.view_ref(&w.rt, &c.object);
                         let all = w.unfiltered();
                         let now_m = all || w.matches(&new);
                         let was_m = c
                             .old
                             .as_ref()
-                            .map(|o| all || w.matches(&inner.view(&w.rt, o)));
+                            .map(|o| all || w.matches(&inner.view_ref(&w.rt, o)));
                         let kind = match (c.kind, was_m, now_m) {
                             (ChangeKind::Added, _, true) => "ADDED",
                             (ChangeKind::Deleted, _, true) => "DELETED",
@@ -225,13 +250,26 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                             (ChangeKind::Modified, Some(true), false) => "DELETED",
                             _ => continue,
                         };
-                        out.push(line(kind, &w.render(&inner, new)));
+                        let object = match (w.p.table, new) {
+                            (Some(_), new) => Shown::Owned(w.render(&inner, new.into_owned())),
+                            (None, Cow::Borrowed(_)) => {
+                                Shown::Stored(c.object.clone(), c.encoded.clone())
+                            }
+                            (None, Cow::Owned(v)) => Shown::Owned(v),
+                        };
+                        out.push((kind, object));
                     }
                     pos = inner.rv;
                     Ok(out)
                 }
             }
-        };
+        }
+        .map(|events| {
+            events
+                .iter()
+                .map(|(kind, object)| object.line(kind))
+                .collect::<Vec<_>>()
+        });
         match batch {
             Err(e) => {
                 let _ = tx.send(line("ERROR", &e.to_status())).await;

@@ -93,17 +93,17 @@ impl Controller {
         }
         self.seen = Some(inner.rv);
         for key in due {
-            let Some(sts) = inner.raw(&key).cloned() else {
+            let Some(sts) = inner.shared(&key) else {
                 continue;
             };
             if meta::is_deleting(&sts) {
                 continue;
             }
             let uid = meta::uid_of(&sts);
-            let pods: Vec<Value> = inner
+            let pods: Vec<Arc<Value>> = inner
                 .dependents(uid)
                 .filter(|k| k.storage == pod_storage && k.namespace == key.namespace)
-                .filter_map(|k| inner.raw(k).cloned())
+                .filter_map(|k| inner.shared(k))
                 .collect();
             if let Err(e) = sync(&mut inner, &sts, &pods) {
                 // Retried on the next pass, changed or not.
@@ -144,7 +144,7 @@ fn revision_of(pod: &Value) -> &str {
         .unwrap_or_default()
 }
 
-fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::ApiError> {
+fn sync(inner: &mut Inner, sts: &Value, owned: &[Arc<Value>]) -> Result<(), crate::ApiError> {
     let Some(t) = types(inner) else {
         return Ok(());
     };
@@ -159,7 +159,10 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::Ap
         .unwrap_or(0) as usize;
     let template = &spec["template"];
     let update_rev = revision_name(&name, template);
-    if inner.get(&t.revs, Some(&ns), &update_rev).is_err() {
+    if inner
+        .raw(&Inner::key(&t.revs, Some(&ns), &update_rev))
+        .is_none()
+    {
         let rev = json!({"metadata": {"name": update_rev, "labels": template["metadata"]["labels"],
             "ownerReferences": [owner_ref(sts)]}, "data": {"spec": {"template": template}}, "revision": 1});
         inner.create(&t.revs, Some(&ns), rev)?;
@@ -169,10 +172,10 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::Ap
         .filter(|s| !s.is_empty())
         .unwrap_or(&update_rev)
         .to_string();
-    let mut pods: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut pods: BTreeMap<usize, &Value> = BTreeMap::new();
     for p in owned {
         if let Some(o) = ordinal(&name, meta::name(p)) {
-            pods.insert(o, p.clone());
+            pods.insert(o, p);
         }
     }
     let grace = DeleteOptions::default();
@@ -208,10 +211,10 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::Ap
         .filter(|o| *o >= replicas)
         .rev()
         .collect();
-    let all_settled = pods.values().all(settled);
+    let all_settled = pods.values().all(|p| settled(p));
     if parallel {
         for o in &condemned {
-            if !pods.get(o).is_some_and(meta::is_deleting) {
+            if !pods.get(o).is_some_and(|p| meta::is_deleting(p)) {
                 inner.delete(&t.pods, Some(&ns), &format!("{name}-{o}"), &grace)?;
             }
         }
@@ -220,7 +223,7 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Value]) -> Result<(), crate::Ap
             .iter()
             .filter(|(k, _)| **k < *o)
             .all(|(_, p)| settled(p));
-        if lower_ok && !pods.get(o).is_some_and(meta::is_deleting) {
+        if lower_ok && !pods.get(o).is_some_and(|p| meta::is_deleting(p)) {
             inner.delete(&t.pods, Some(&ns), &format!("{name}-{o}"), &grace)?;
         }
     }
@@ -241,7 +244,7 @@ fn write_status(
     inner: &mut Inner,
     t: &Types,
     sts: &Value,
-    pods: &BTreeMap<usize, Value>,
+    pods: &BTreeMap<usize, &Value>,
     replicas: usize,
     current_rev: &str,
     update_rev: &str,
@@ -275,8 +278,7 @@ fn owner_ref(sts: &Value) -> Value {
 
 fn template_for(inner: &Inner, t: &Types, ns: &str, rev: &str) -> Option<Value> {
     inner
-        .get(&t.revs, Some(ns), rev)
-        .ok()
+        .raw(&Inner::key(&t.revs, Some(ns), rev))
         .map(|r| r["data"]["spec"]["template"].clone())
 }
 
@@ -297,7 +299,7 @@ fn ensure_claims(
         .flatten()
     {
         let claim = claim_name(tmpl, sts, o);
-        if inner.get(&t.pvcs, Some(&ns), &claim).is_err() {
+        if inner.raw(&Inner::key(&t.pvcs, Some(&ns), &claim)).is_none() {
             let mut labels = tmpl["metadata"]["labels"]
                 .as_object()
                 .cloned()

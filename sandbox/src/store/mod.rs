@@ -26,7 +26,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::sync::watch;
 
 /// How many changes the watch history keeps.
@@ -78,6 +78,9 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before a modification.
     pub old: Option<Arc<Value>>,
+    /// `object` as JSON text, written by the first watch that sends it as stored and shared
+    /// by every other: a change watched by several clients is serialized once.
+    pub encoded: Arc<OnceLock<String>>,
 }
 
 /// The store's state, accessed under the lock.
@@ -275,6 +278,11 @@ impl Inner {
         self.objects.get(key).map(|o| &**o)
     }
 
+    /// The stored object for a key, shared: a copy costs one pointer.
+    pub fn shared(&self, key: &ObjKey) -> Option<Arc<Value>> {
+        self.objects.get(key).cloned()
+    }
+
     /// The key of the stored object with this uid.
     pub fn key_of_uid(&self, uid: &str) -> Option<&ObjKey> {
         self.uids.get(uid)
@@ -420,6 +428,7 @@ impl Inner {
             key,
             object,
             old,
+            encoded: Arc::default(),
         });
         while self.history.len() > HISTORY_LIMIT {
             if let Some(c) = self.history.pop_front() {

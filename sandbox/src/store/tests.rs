@@ -202,3 +202,42 @@ fn history_is_shared_and_expires() {
     assert!(inner.changes_after(start).is_err());
     assert!(inner.changes_since(&rt.storage, start).is_err());
 }
+
+#[test]
+fn the_generation_follows_the_spec_only() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = inner
+        .resource("apps", "v1", "statefulsets")
+        .expect("statefulsets are served");
+    let sts = |replicas: u64, label: &str| {
+        json!({"metadata": {"name": "s", "labels": {"l": label}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+    };
+    let generation = |v: &Value| v["metadata"]["generation"].as_i64();
+    let created = inner
+        .create(&rt, Some("default"), sts(1, "x"))
+        .expect("create");
+    assert_eq!(generation(&created), Some(1));
+    let relabelled = inner
+        .update(&rt, Some("default"), "s", sts(1, "y"), false)
+        .expect("a label");
+    assert_eq!(generation(&relabelled), Some(1), "metadata is not the spec");
+    let mut status = relabelled.clone();
+    status["status"] = json!({"replicas": 1});
+    let status = inner
+        .update(&rt, Some("default"), "s", status, true)
+        .expect("status");
+    assert_eq!(generation(&status), Some(1), "status is not the spec");
+    let scaled = inner
+        .update(&rt, Some("default"), "s", sts(2, "y"), false)
+        .expect("replicas");
+    assert_eq!(generation(&scaled), Some(2));
+    let mut extra = sts(2, "y");
+    extra["spec"]["minReadySeconds"] = json!(5);
+    let extra = inner
+        .update(&rt, Some("default"), "s", extra, false)
+        .expect("a new spec field");
+    assert_eq!(generation(&extra), Some(3));
+}
