@@ -19,7 +19,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,19 +82,90 @@ pub use node::refuse_real_nodes;
 
 /// The objects of one watch as JSON, kept in step with the watch events: each event
 /// serializes only the object it carries, so a change costs one object, not the whole store.
+/// It also remembers which objects changed since [`JsonMirror::take_changed`] last asked.
 #[derive(Debug, Default)]
 pub struct JsonMirror {
-    objects: Mutex<BTreeMap<String, Arc<Value>>>,
+    state: Mutex<Mirrored>,
+}
+
+#[derive(Debug)]
+struct Mirrored {
+    objects: BTreeMap<String, Arc<Value>>,
+    /// The keys of the objects changed since the last `take_changed`.
+    changed: BTreeSet<String>,
+    /// Relisted (or new) since the last `take_changed`: any object may have changed.
+    relisted: bool,
+    /// Whether `changed` is kept (only for a mirror whose reader takes it).
+    tracked: bool,
+}
+
+impl Default for Mirrored {
+    fn default() -> Self {
+        Mirrored {
+            objects: BTreeMap::new(),
+            changed: BTreeSet::new(),
+            relisted: true,
+            tracked: false,
+        }
+    }
 }
 
 impl JsonMirror {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Value>>> {
-        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    /// A mirror that remembers which objects changed, for [`JsonMirror::take_changed`].
+    pub fn tracking_changes() -> Self {
+        let m = JsonMirror::default();
+        m.lock().tracked = true;
+        m
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Mirrored> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Every object, shared (cloning the list costs one pointer per object).
     pub fn values(&self) -> Vec<Arc<Value>> {
-        self.lock().values().cloned().collect()
+        self.lock().objects.values().cloned().collect()
+    }
+
+    /// The objects changed since the last call, by key, each as it is now (`None`: deleted);
+    /// `None` when the watch relisted meanwhile (or on the first call), when any may have.
+    pub fn take_changed(&self) -> Option<Vec<(String, Option<Arc<Value>>)>> {
+        let mut m = self.lock();
+        let keys = std::mem::take(&mut m.changed);
+        if std::mem::replace(&mut m.relisted, false) {
+            return None;
+        }
+        Some(
+            keys.into_iter()
+                .map(|k| {
+                    let now = m.objects.get(&k).cloned();
+                    (k, now)
+                })
+                .collect(),
+        )
+    }
+
+    fn apply(&self, key: String, object: Arc<Value>) {
+        let mut m = self.lock();
+        if m.tracked {
+            m.changed.insert(key.clone());
+        }
+        m.objects.insert(key, object);
+    }
+
+    fn delete(&self, key: &str) {
+        let mut m = self.lock();
+        m.objects.remove(key);
+        if m.tracked {
+            m.changed.insert(key.to_string());
+        }
+    }
+
+    fn relist(&self, objects: BTreeMap<String, Arc<Value>>) {
+        let mut m = self.lock();
+        m.objects = objects;
+        m.changed.clear();
+        m.relisted = true;
     }
 }
 
@@ -148,12 +219,13 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// A reflector over `api` whose every change bumps `version`, wakes `notify` and updates the
-/// returned JSON mirror (for the supervisors) with the changed object only.
+/// A reflector over `api` whose every change bumps `version`, wakes `notify` and updates
+/// `mirror` (for the supervisors, returned) with the changed object only.
 fn reflect<K>(
     api: Api<K>,
     version: Arc<AtomicU64>,
     notify: Arc<Notify>,
+    mirror: JsonMirror,
 ) -> (Store<K>, Arc<JsonMirror>, JoinHandle<()>)
 where
     K: kube::Resource<DynamicType = ()>
@@ -166,7 +238,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let mirror = Arc::new(JsonMirror::default());
+    let mirror = Arc::new(mirror);
     let stream = watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .reflect(writer);
@@ -180,11 +252,11 @@ where
                     match event {
                         watcher::Event::Apply(o) => {
                             if let Some(v) = as_json(&o) {
-                                m.lock().insert(key_of(&o), v);
+                                m.apply(key_of(&o), v);
                             }
                         }
                         watcher::Event::Delete(o) => {
-                            m.lock().remove(&key_of(&o));
+                            m.delete(&key_of(&o));
                         }
                         watcher::Event::Init => relist = Some(BTreeMap::new()),
                         watcher::Event::InitApply(o) => {
@@ -194,7 +266,7 @@ where
                         }
                         watcher::Event::InitDone => {
                             if let Some(buf) = relist.take() {
-                                *m.lock() = buf;
+                                m.relist(buf);
                             }
                         }
                     }
@@ -227,12 +299,17 @@ impl Nodes {
         let version = Arc::new(AtomicU64::new(0));
         let notify = Arc::new(Notify::new());
         let ns = opts.namespace.as_deref();
-        let (pods, pod_json, pod_task) =
-            reflect(api::<Pod>(&client, ns), version.clone(), notify.clone());
+        let (pods, pod_json, pod_task) = reflect(
+            api::<Pod>(&client, ns),
+            version.clone(),
+            notify.clone(),
+            JsonMirror::tracking_changes(),
+        );
         let (config_maps, cm_json, cm_task) = reflect(
             api::<ConfigMap>(&client, ns),
             version.clone(),
             notify.clone(),
+            JsonMirror::default(),
         );
         let hub = opts
             .simulate_supervisors
@@ -253,8 +330,12 @@ impl Nodes {
                     if seen == Some(now) {
                         hub.step(None);
                     } else {
+                        let changed = pod_json.take_changed();
                         let (p, c) = (pod_json.values(), cm_json.values());
-                        hub.step(Some((&p, &c)));
+                        match changed {
+                            Some(changed) => hub.step_changed((&p, &c), &changed),
+                            None => hub.step(Some((&p, &c))),
+                        }
                     }
                 }
                 seen = Some(now);
@@ -288,6 +369,35 @@ impl Nodes {
 mod tests {
     use super::*;
     use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn a_mirror_names_what_changed_since_it_was_last_asked() {
+        let m = JsonMirror::tracking_changes();
+        let v = |n: i64| Arc::new(serde_json::json!({"n": n}));
+        m.relist([("a".to_string(), v(1)), ("b".to_string(), v(2))].into());
+        assert!(
+            m.take_changed().is_none(),
+            "a relist may have changed anything"
+        );
+        assert_eq!(m.take_changed(), Some(vec![]));
+        m.apply("a".into(), v(3));
+        m.delete("b");
+        m.apply("c".into(), v(4));
+        m.apply("c".into(), v(5));
+        assert_eq!(
+            m.take_changed(),
+            Some(vec![
+                ("a".to_string(), Some(v(3))),
+                ("b".to_string(), None),
+                ("c".to_string(), Some(v(5))),
+            ])
+        );
+        assert_eq!(m.take_changed(), Some(vec![]));
+        assert_eq!(m.values(), vec![v(3), v(5)]);
+        let untracked = JsonMirror::default();
+        untracked.apply("a".into(), v(1));
+        assert!(untracked.lock().changed.is_empty());
+    }
 
     #[test]
     fn watch_retries_stay_short_and_reset() {

@@ -214,11 +214,17 @@ struct State {
     config_maps: Vec<Arc<Value>>,
     /// A supervisor stopped using its restored member list: derive the rings again.
     rings_dirty: bool,
+    /// Running pods whose supervisor could not join yet (another running supervisor has its
+    /// member id), as last seen: tried again on every pass, changed or not.
+    refused: HashMap<String, Arc<Value>>,
     listeners: HashMap<String, JoinHandle<()>>,
 }
 
 /// What the nodes observed: every pod, and every ConfigMap (for the peer files).
 pub type World<'a> = (&'a [Arc<Value>], &'a [Arc<Value>]);
+
+/// The pods that changed since the last pass, by uid, each as it is now (`None`: deleted).
+pub type Changed<'a> = &'a [(String, Option<Arc<Value>>)];
 
 /// All simulated supervisors. They learn the world from what the caller observed (pods and
 /// peer-file ConfigMaps) and never read an API themselves.
@@ -545,52 +551,63 @@ impl Hub {
     /// supervisor reached its ring. A pass that only sees pods' statuses change costs one
     /// look at each pod.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
+        self.step_with(world, None);
+    }
+
+    /// [`Hub::step`] when the caller knows which pods changed since its last pass (`changed`):
+    /// only those, and the pods whose supervisor was refused, are looked at for starts and
+    /// stops, so a pass costs the pods that changed, not every pod. The world is still every
+    /// pod and ConfigMap, for the rings.
+    pub fn step_changed(self: &Arc<Self>, world: World<'_>, changed: Changed<'_>) {
+        self.step_with(Some(world), Some(changed));
+    }
+
+    fn step_with(self: &Arc<Self>, world: Option<World<'_>>, changed_pods: Option<Changed<'_>>) {
         let Some((pods, config_maps)) = world else {
             elect::tick(&mut self.state());
             return;
         };
         let mut st = self.state();
         let mut changed = std::mem::take(&mut st.rings_dirty);
-        let mut seen: HashSet<&str> = HashSet::with_capacity(pods.len());
         let mut joined = Vec::new();
-        for pod in pods {
-            let uid = meta::uid_of(pod);
-            let running = is_running(pod);
-            if st.by_pod.contains_key(uid) {
-                seen.insert(uid);
-                if !running {
-                    st.stop(uid);
+        match changed_pods {
+            Some(list) => {
+                let mut look: Vec<(String, Option<Arc<Value>>)> = std::mem::take(&mut st.refused)
+                    .into_iter()
+                    .filter(|(uid, _)| !list.iter().any(|(u, _)| u == uid))
+                    .map(|(uid, pod)| (uid, Some(pod)))
+                    .collect();
+                look.extend(list.iter().cloned());
+                look.sort_by(|a, b| a.0.cmp(&b.0));
+                for (uid, pod) in &look {
+                    match pod {
+                        None => {
+                            if st.by_pod.contains_key(uid) {
+                                st.stop(uid);
+                                changed = true;
+                            }
+                        }
+                        Some(pod) => changed |= self.look_at(&mut st, pod, &mut joined),
+                    }
+                }
+            }
+            None => {
+                st.refused.clear();
+                for pod in pods {
+                    changed |= self.look_at(&mut st, pod, &mut joined);
+                }
+                let seen: HashSet<&str> = pods.iter().map(|p| meta::uid_of(p)).collect();
+                let gone: Vec<String> = st
+                    .by_pod
+                    .keys()
+                    .filter(|u| !seen.contains(u.as_str()))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    st.stop(&uid);
                     changed = true;
                 }
-                continue;
             }
-            if !running {
-                continue;
-            }
-            let Some(m) = member_for(pod) else {
-                continue;
-            };
-            let ip = m.ip.clone();
-            if let Some((id, new)) = st.start(m, pod) {
-                seen.insert(uid);
-                st.by_pod.insert(uid.to_string(), id.clone());
-                let handle = gateway::spawn(self.clone(), uid.to_string(), ip);
-                st.listeners.insert(uid.to_string(), handle);
-                changed = true;
-                if new {
-                    joined.push(id);
-                }
-            }
-        }
-        let gone: Vec<String> = st
-            .by_pod
-            .keys()
-            .filter(|u| !seen.contains(u.as_str()))
-            .cloned()
-            .collect();
-        for uid in gone {
-            st.stop(&uid);
-            changed = true;
         }
         let same_config_maps = st.config_maps.len() == config_maps.len()
             && st
@@ -615,6 +632,43 @@ impl Hub {
         st.forget();
         st.rings_dirty = st.save_disks();
         elect::elect(&mut st);
+    }
+
+    /// One pod as it is now: its supervisor stops when the pod no longer runs, starts when it
+    /// runs and has none (a newcomer's id goes into `joined`). True when membership changed.
+    fn look_at(
+        self: &Arc<Self>,
+        st: &mut State,
+        pod: &Arc<Value>,
+        joined: &mut Vec<String>,
+    ) -> bool {
+        let uid = meta::uid_of(pod);
+        let running = is_running(pod);
+        if st.by_pod.contains_key(uid) {
+            if !running {
+                st.stop(uid);
+                return true;
+            }
+            return false;
+        }
+        if !running {
+            return false;
+        }
+        let Some(m) = member_for(pod) else {
+            return false;
+        };
+        let ip = m.ip.clone();
+        let Some((id, new)) = st.start(m, pod) else {
+            st.refused.insert(uid.to_string(), pod.clone());
+            return false;
+        };
+        st.by_pod.insert(uid.to_string(), id.clone());
+        let handle = gateway::spawn(self.clone(), uid.to_string(), ip);
+        st.listeners.insert(uid.to_string(), handle);
+        if new {
+            joined.push(id);
+        }
+        true
     }
 
     /// Close every gateway.

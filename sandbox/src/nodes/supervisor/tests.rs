@@ -580,3 +580,56 @@ async fn a_changed_peer_file_alone_joins_rings_and_an_unchanged_world_restarts_n
     );
     hub.shutdown();
 }
+
+/// A pass told which pods changed ([`Hub::step_changed`]) tracks members as a pass over every
+/// pod does: a stopped pod's member is Confirmed, a deleted one's too, and a supervisor refused
+/// because a running one has its member id joins once that one is gone, with no change to its
+/// own pod.
+#[tokio::test]
+async fn a_pass_over_the_changed_pods_tracks_members_as_a_full_pass_does() {
+    let id_mount = json!({"volumeMounts": [{"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
+        "subPath": "MEMBER_ID"}]});
+    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
+        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]);
+    let with_id = |name: &str, uid: &str, ip: &str, id: &str| {
+        let mut p = (*pod(name, uid, ip, id_mount.clone(), id_volume.clone())).clone();
+        p["metadata"]["annotations"] = json!({"member": id});
+        Arc::new(p)
+    };
+    let a = with_id("a", "u1", "127.251.7.2", "m1");
+    let b = with_id("b", "u2", "127.251.7.3", "m2");
+    let c = with_id("c", "u3", "127.251.7.4", "m3");
+    let twin = with_id("twin", "u4", "127.251.7.5", "m1");
+    let cms = peer_file("127.251.7.2");
+    let hub = Arc::new(Hub::default());
+    let all = vec![a.clone(), b.clone(), c.clone(), twin.clone()];
+    step_settled(&hub, &all, &cms);
+    assert_eq!(census_of(&hub, "u1").2, 3, "the twin never joined");
+    assert!(hub.census("u4").is_none());
+
+    let mut stopped = (*b).clone();
+    stopped["status"]["phase"] = json!("Failed");
+    let stopped = Arc::new(stopped);
+    let world = vec![a.clone(), stopped.clone(), c.clone(), twin.clone()];
+    hub.step_changed((&world, &cms), &[("u2".to_string(), Some(stopped))]);
+    let (_, _, alive, total) = census_of(&hub, "u1");
+    assert_eq!(
+        (alive, total),
+        (2, 3),
+        "a stopped pod's member is Confirmed"
+    );
+
+    let world = vec![b.clone(), c.clone(), twin.clone()];
+    hub.step_changed((&world, &cms), &[("u1".to_string(), None)]);
+    assert!(
+        hub.census("u1").is_none(),
+        "a deleted pod's supervisor is gone"
+    );
+    let (_, _, alive, total) = census_of(&hub, "u4");
+    assert_eq!(
+        (alive, total),
+        (2, 3),
+        "the twin took member m1 over: c and the twin alive, b Confirmed"
+    );
+    assert_eq!(census_of(&hub, "u3").2, 2);
+}
