@@ -220,11 +220,11 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
         // released, so a watch with many events does not hold up every other request.
         let batch = {
             let inner = store.lock();
-            match inner.changes_since(&w.rt.storage, pos) {
+            let picked = match inner.changes_after(pos) {
                 Err(e) => Err(e),
                 Ok(changes) => {
                     let mut out = Vec::new();
-                    for c in changes {
+                    for c in changes.filter(|c| c.key.storage == w.rt.storage) {
                         if w.p
                             .namespace
                             .as_deref()
@@ -262,7 +262,8 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                     pos = inner.rv;
                     Ok(out)
                 }
-            }
+            };
+            picked
         }
         .map(|events| {
             events

@@ -9,8 +9,8 @@ use crate::registry::ResourceType;
 use serde_json::{json, Value};
 
 /// Whether `a` and `b` differ outside the fields that do not take part in the generation
-/// comparison (metadata, status when it is a subresource, apiVersion, kind), compared in place:
-/// copying both objects to compare them was a tenth of a busy sandbox's CPU.
+/// comparison (metadata, status when it is a subresource, apiVersion, kind), compared in place
+/// instead of on copies of both objects.
 fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
     let ignored =
         |k: &str| matches!(k, "metadata" | "apiVersion" | "kind") || (rt.status && k == "status");

@@ -30,7 +30,7 @@ mod rings;
 use crate::meta;
 use identity::{Disk, Identity};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -572,13 +572,13 @@ impl Hub {
         let mut joined = Vec::new();
         match changed_pods {
             Some(list) => {
-                let mut look: Vec<(String, Option<Arc<Value>>)> = std::mem::take(&mut st.refused)
-                    .into_iter()
-                    .filter(|(uid, _)| !list.iter().any(|(u, _)| u == uid))
-                    .map(|(uid, pod)| (uid, Some(pod)))
-                    .collect();
+                // The refused pods as last seen, unless they changed since; in uid order.
+                let mut look: BTreeMap<String, Option<Arc<Value>>> =
+                    std::mem::take(&mut st.refused)
+                        .into_iter()
+                        .map(|(uid, pod)| (uid, Some(pod)))
+                        .collect();
                 look.extend(list.iter().cloned());
-                look.sort_by(|a, b| a.0.cmp(&b.0));
                 for (uid, pod) in &look {
                     match pod {
                         None => {
