@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use habitat_operator::api::Habitat;
 use habitat_sandbox::{nodes, Options, Sandbox};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -205,31 +206,46 @@ impl Ground {
         Ok(())
     }
 
-    /// Deletes the namespace `name` and waits until its pods are gone (at most `timeout`), so that
-    /// the next run does not share the simulated nodes and controllers with them. Returns how
-    /// many pods were left.
+    /// Deletes the namespace `name` and waits until it is gone (at most `timeout`), so that the
+    /// next run shares neither the simulated nodes nor kube-controller-manager with its objects.
+    /// Waiting for its pods alone is not enough: until the namespace controller deletes its
+    /// StatefulSets, kube-controller-manager's StatefulSet controller goes on recreating their
+    /// pods, each create refused (403, the namespace is terminating) with a warning Event, and
+    /// those requests come out of the same client-side rate limit (`--kube-api-qps`) as its work
+    /// for the next run. At N = 1000 that was about 4,200 of its requests during the operator's
+    /// run, 40 s of its budget. Returns what was left when it gave up, or None.
     pub async fn delete_namespace(
         &self,
         client: &Client,
         name: &str,
         timeout: Duration,
-    ) -> Result<usize, String> {
-        Api::<Namespace>::all(client.clone())
+    ) -> Result<Option<String>, String> {
+        let namespaces = Api::<Namespace>::all(client.clone());
+        namespaces
             .delete(name, &DeleteParams::background())
             .await
             .map_err(|e| format!("deleting namespace {name}: {e}"))?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), name);
+        let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), name);
         let began = std::time::Instant::now();
         loop {
-            let left = pods
-                .list_metadata(&ListParams::default())
-                .await
-                .map(|l| l.items.len())
-                .unwrap_or(0);
-            if left == 0 || began.elapsed() > timeout {
-                return Ok(left);
+            match namespaces.get_opt(name).await {
+                Ok(None) => return Ok(None),
+                Ok(Some(_)) | Err(_) if began.elapsed() > timeout => {
+                    let count = |n: Result<usize, kube::Error>| {
+                        n.map_or_else(|e| format!("? ({e})"), |n| n.to_string())
+                    };
+                    let lp = ListParams::default();
+                    let p = pods.list_metadata(&lp).await.map(|l| l.items.len());
+                    let s = statefulsets.list_metadata(&lp).await.map(|l| l.items.len());
+                    return Ok(Some(format!(
+                        "{} pods and {} StatefulSets",
+                        count(p),
+                        count(s)
+                    )));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
@@ -275,6 +291,20 @@ impl Ground {
             Server::Sandbox(s) => s.shutdown().await,
             Server::Real { cp, _nodes } => {
                 _nodes.shutdown().await;
+                // HABITAT_BENCH_KEEP_AUDIT=DIR keeps each run's audit log, for a closer look.
+                if let Some(dir) = std::env::var_os("HABITAT_BENCH_KEEP_AUDIT") {
+                    let to = Path::new(&dir).join(format!(
+                        "audit-{}.log",
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs())
+                    ));
+                    let _ = std::fs::create_dir_all(&dir);
+                    match std::fs::copy(cp.audit_log(), &to) {
+                        Ok(_) => eprintln!("audit log kept: {}", to.display()),
+                        Err(e) => eprintln!("audit log not kept: {e}"),
+                    }
+                }
                 drop(cp);
             }
         }
