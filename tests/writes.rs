@@ -93,3 +93,89 @@ async fn the_way_to_ready_costs_one_status_write_per_phase_reached(ground: Groun
 }
 
 on_both_grounds!(the_way_to_ready_costs_one_status_write_per_phase_reached);
+
+/// The children of a leader group (StatefulSet, headless Service, leader Service, budget) are
+/// written concurrently by one pass, not one after another: with every request of the operator
+/// held 500 ms by the sandbox (`--faults latency=500ms`), the four appear within one such wait
+/// of each other, where written in turn they would appear 500 ms apart, 1.5 s from first to
+/// last. Sandbox only: injected latency is a sandbox fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_writes_the_children_of_a_workload_together() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::ListParams;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn names<K: Clone>(
+        list: kube::Result<kube::core::ObjectList<kube::core::PartialObjectMeta<K>>>,
+        kind: &str,
+    ) -> Vec<String> {
+        list.map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| format!("{kind} {}", o.metadata.name.unwrap_or_default()))
+            .collect()
+    }
+
+    require_kubectl!();
+    let latency = Duration::from_millis(500);
+    let Some(env) = Env::start_full(
+        Ground::Sandbox,
+        "together",
+        true,
+        &["--faults", "latency=500ms,only=habitat-operator"],
+    )
+    .await
+    else {
+        return;
+    };
+    env.apply_yaml("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: lead}\nspec:\n  image: kinvolk/redis-hab\n  count: 3\n  service: {name: redis, group: lead, topology: leader}\n");
+    let (sts, svc, pdb) = (
+        env.api::<StatefulSet>(),
+        env.api::<Service>(),
+        env.api::<PodDisruptionBudget>(),
+    );
+    let lp = ListParams::default();
+    let mut first_seen: BTreeMap<String, Instant> = BTreeMap::new();
+    let deadline = Instant::now() + timeout(&env);
+    while first_seen.len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the children did not all appear; seen: {:?}",
+            first_seen.keys().collect::<Vec<_>>()
+        );
+        let names = [
+            names(sts.list_metadata(&lp).await, "StatefulSet"),
+            names(svc.list_metadata(&lp).await, "Service"),
+            names(pdb.list_metadata(&lp).await, "PodDisruptionBudget"),
+        ];
+        let now = Instant::now();
+        for key in names.into_iter().flatten() {
+            first_seen.entry(key).or_insert(now);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (first, last) = (
+        first_seen
+            .values()
+            .min()
+            .copied()
+            .unwrap_or_else(Instant::now),
+        first_seen
+            .values()
+            .max()
+            .copied()
+            .unwrap_or_else(Instant::now),
+    );
+    assert!(
+        last - first < latency * 2,
+        "the children appeared {:?} apart (each request waits {latency:?}): {:?}",
+        last - first,
+        first_seen
+            .iter()
+            .map(|(k, t)| (k, *t - first))
+            .collect::<Vec<_>>()
+    );
+}

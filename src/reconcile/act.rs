@@ -65,26 +65,39 @@ pub async fn act(
             else {
                 return Ok(());
             };
-            apply_over(
-                ctx,
-                &recent.statefulsets,
-                &mut snap.statefulset,
-                statefulset,
-            )
-            .await?;
-            apply_over(ctx, &recent.services, &mut snap.headless, headless).await?;
-            match leader {
-                Some((svc, pdb)) => {
-                    apply_over(ctx, &recent.services, &mut snap.leader_service, svc).await?;
-                    apply_over(ctx, &recent.budgets, &mut snap.budget, pdb).await?;
+            // The children are independent of each other: applied concurrently, a first pass
+            // waits for the slowest of them rather than for their sum (the Services' ClusterIP
+            // allocation makes them the slowest writes of a Habitat on a busy server). Each runs
+            // to its end, so that one refused does not cancel the others mid-request.
+            let Snapshot {
+                statefulset: seen_statefulset,
+                headless: seen_headless,
+                leader_service: seen_leader_service,
+                budget: seen_budget,
+                ..
+            } = snap;
+            let (sts, svc, lead) = futures::join!(
+                apply_over(ctx, &recent.statefulsets, seen_statefulset, statefulset),
+                apply_over(ctx, &recent.services, seen_headless, headless),
+                async {
+                    if let Some((svc, pdb)) = leader {
+                        let (a, b) = futures::join!(
+                            apply_over(ctx, &recent.services, seen_leader_service, svc),
+                            apply_over(ctx, &recent.budgets, seen_budget, pdb),
+                        );
+                        a.and(b)
+                    } else {
+                        Ok(())
+                    }
                 }
-                None => {
-                    if snap.leader_service.take().is_some() {
-                        delete::<Service>(&ctx.client, &ns, &h.leader_service_name()).await?;
-                    }
-                    if snap.budget.take().is_some() {
-                        delete::<PodDisruptionBudget>(&ctx.client, &ns, &h.name_any()).await?;
-                    }
+            );
+            sts.and(svc).and(lead)?;
+            if leader.is_none() {
+                if seen_leader_service.take().is_some() {
+                    delete::<Service>(&ctx.client, &ns, &h.leader_service_name()).await?;
+                }
+                if seen_budget.take().is_some() {
+                    delete::<PodDisruptionBudget>(&ctx.client, &ns, &h.name_any()).await?;
                 }
             }
         }
