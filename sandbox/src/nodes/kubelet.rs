@@ -119,6 +119,10 @@ enum Action {
     Delete,
 }
 
+/// The requests one kubelet pass will send: each pod with its action and, for a status
+/// write, the status.
+pub struct Planned(Vec<(Arc<Pod>, Action, Option<Value>)>);
+
 /// Kubelet state.
 pub struct Kubelet {
     client: Client,
@@ -255,8 +259,9 @@ impl Kubelet {
         }
     }
 
-    /// One pass over every pod the nodes see: each one with something to do gets one request.
-    pub async fn step(&mut self, pods: &[Arc<Pod>]) {
+    /// One pass over every pod the nodes see, without a request: each pod with something to do
+    /// gets one action, which [`Kubelet::act`] sends.
+    pub fn plan(&mut self, pods: &[Arc<Pod>]) -> Planned {
         let live: HashSet<&str> = pods
             .iter()
             .filter_map(|p| p.metadata.uid.as_deref())
@@ -278,6 +283,11 @@ impl Kubelet {
                 work.push((pod.clone(), action, status));
             }
         }
+        Planned(work)
+    }
+
+    /// Sends the planned requests, [`CONCURRENCY`] at a time, and remembers what each acted on.
+    pub async fn act(&mut self, Planned(work): Planned) {
         let client = &self.client;
         let done: Vec<(String, Option<String>)> = futures::stream::iter(work)
             .map(|(pod, action, status)| async move {

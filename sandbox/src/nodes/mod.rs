@@ -325,6 +325,7 @@ impl Nodes {
             };
             let mut seen = None;
             loop {
+                let began = std::time::Instant::now();
                 let now = version.load(Ordering::Relaxed);
                 if let Some(hub) = &loop_hub {
                     if seen == Some(now) {
@@ -339,10 +340,13 @@ impl Nodes {
                     }
                 }
                 seen = Some(now);
-                kubelet.step(&pods.state()).await;
+                let planned = kubelet.plan(&pods.state());
+                // The pace follows the step's own work, not the kubelet's requests' round trips.
+                let pause = crate::sim::pause_after(began.elapsed()).max(DEBOUNCE);
+                kubelet.act(planned).await;
                 tokio::select! {
-                    _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
-                    _ = tokio::time::sleep(TICK) => {}
+                    _ = notify.notified() => tokio::time::sleep(pause).await,
+                    _ = tokio::time::sleep(TICK.max(pause)) => {}
                 }
             }
         });
