@@ -31,6 +31,21 @@ pub const TICK: Duration = Duration::from_millis(50);
 /// How long a burst of changes may gather before the nodes step once for all of them.
 pub const DEBOUNCE: Duration = Duration::from_millis(15);
 
+/// A loop waits at least this many times as long as its last step took before the next one
+/// (1, 3 and none measured at N = 1000 and 5000: docs/performance.md, eighth pass).
+pub const PACE: u32 = 1;
+
+/// How long a loop whose last step took `took` lets changes gather before its next step: the
+/// [`DEBOUNCE`], or [`PACE`] times the step when that is longer. The simulated nodes and the
+/// sandbox's StatefulSet controller both pace themselves so. A step that scans a
+/// whole kind then costs at most half a core, however large the world: in a busy sandbox
+/// changes arrive without pause, and at N = 5000 stepping every 15 ms made the loops' cost grow
+/// with the square of the world (each step longer, and as many steps). Each step takes in
+/// every change since the last, so a longer wait only batches more of them.
+pub fn pause_after(took: Duration) -> Duration {
+    DEBOUNCE.max(took * PACE)
+}
+
 /// What the simulated nodes do.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -342,7 +357,7 @@ impl Nodes {
                 seen = Some(now);
                 let planned = kubelet.plan(&pods.state());
                 // The pace follows the step's own work, not the kubelet's requests' round trips.
-                let pause = crate::sim::pause_after(began.elapsed()).max(DEBOUNCE);
+                let pause = pause_after(began.elapsed());
                 kubelet.act(planned).await;
                 tokio::select! {
                     _ = notify.notified() => tokio::time::sleep(pause).await,

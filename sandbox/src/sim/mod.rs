@@ -20,20 +20,6 @@ pub struct Simulation {
 /// How long a loop lets a burst of store changes gather before it steps once for all of them.
 pub const DEBOUNCE: Duration = Duration::from_millis(15);
 
-/// A loop waits at least this many times as long as its last step took before the next one
-/// (1, 3 and none measured at N = 1000 and 5000: docs/performance.md, eighth pass).
-pub const PACE: u32 = 1;
-
-/// How long a loop whose last step took `took` lets changes gather before its next step: the
-/// [`DEBOUNCE`], or [`PACE`] times the step when that is longer. A step that scans a whole kind
-/// then costs at most half a core, however large the world: in a busy sandbox changes
-/// arrive without pause, and at N = 5000 stepping every 15 ms made the loops' cost grow with
-/// the square of the world (each step longer, and as many steps). Each step takes in every
-/// change since the last, so a longer wait only batches more of them.
-pub fn pause_after(took: Duration) -> Duration {
-    DEBOUNCE.max(took * PACE)
-}
-
 /// Run `step` after store changes (a burst of changes counts once) and at least every [`TICK`].
 /// Each step scans its whole kind, so stepping per change would make a busy sandbox quadratic.
 fn spawn_loop<F>(store: Arc<Store>, mut step: F) -> JoinHandle<()>
@@ -45,7 +31,7 @@ where
         loop {
             let began = std::time::Instant::now();
             step(&store);
-            let pause = pause_after(began.elapsed());
+            let pause = crate::nodes::pause_after(began.elapsed());
             tokio::select! {
                 r = changed.changed() => {
                     if r.is_ok() {
