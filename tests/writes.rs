@@ -146,13 +146,13 @@ async fn a_pass_writes_the_children_of_a_workload_together() {
             "the children did not all appear; seen: {:?}",
             first_seen.keys().collect::<Vec<_>>()
         );
-        let names = [
+        let listed = [
             names(sts.list_metadata(&lp).await, "StatefulSet"),
             names(svc.list_metadata(&lp).await, "Service"),
             names(pdb.list_metadata(&lp).await, "PodDisruptionBudget"),
         ];
         let now = Instant::now();
-        for key in names.into_iter().flatten() {
+        for key in listed.into_iter().flatten() {
             first_seen.entry(key).or_insert(now);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

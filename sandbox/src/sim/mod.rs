@@ -17,11 +17,10 @@ pub struct Simulation {
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// How long a loop lets a burst of store changes gather before it steps once for all of them.
-pub const DEBOUNCE: Duration = Duration::from_millis(15);
-
 /// Run `step` after store changes (a burst of changes counts once) and at least every [`TICK`].
-/// Each step scans its whole kind, so stepping per change would make a busy sandbox quadratic.
+/// Each step scans its whole kind, so stepping per change would make a busy sandbox quadratic:
+/// changes gather for the nodes' debounce, or as long as the last step took
+/// ([`crate::nodes::pause_after`]).
 fn spawn_loop<F>(store: Arc<Store>, mut step: F) -> JoinHandle<()>
 where
     F: FnMut(&Arc<Store>) + Send + 'static,
