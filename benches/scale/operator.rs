@@ -27,6 +27,13 @@ pub fn log_level() -> String {
     std::env::var("HABITAT_BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into())
 }
 
+/// The operator binary: the one cargo built with this benchmark, or `HABITAT_BENCH_OPERATOR_BIN`
+/// (another build of it, to compare two builds on the same benchmark binary).
+fn binary() -> std::ffi::OsString {
+    std::env::var_os("HABITAT_BENCH_OPERATOR_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_habitat-operator").into())
+}
+
 fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -64,7 +71,7 @@ impl Operator {
         let metrics_addr = format!("127.0.0.1:{}", free_port()?);
         let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(env!("CARGO_BIN_EXE_habitat-operator"))
+        let child = Command::new(binary())
             .args([
                 "run",
                 "--namespace",
