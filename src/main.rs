@@ -13,9 +13,34 @@ use habitat_operator::runtime::cli::{Cli, Command};
 use habitat_operator::runtime::{runner, telemetry};
 use kube::CustomResourceExt;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// mimalloc rather than the C library's malloc: glibc's was 28% of the operator's CPU samples at
+/// N = 1000 (`_int_malloc`, `malloc_consolidate`...), and its cost per Habitat grew with the heap;
+/// musl's, in the static image, is slower still. Measured in docs/performance.md (tenth pass).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // `run` on one thread: kube's Controller polls every reconcile and watch inside its own
+    // stream, on the thread that awaits it, so worker threads only ran the HTTP connections, and
+    // each request crossed threads twice (context switches were 13% of the operator's CPU at
+    // N = 1000). The sandbox serves the API and runs the simulated nodes too: all cores.
+    let runtime = match &cli.command {
+        Command::Run(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(command(cli)),
+        Err(e) => {
+            eprintln!("habitat-operator: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn command(cli: Cli) -> std::process::ExitCode {
     let result = match cli.command {
         Command::Crd => match serde_yaml::to_string(&Habitat::crd()) {
             Ok(yaml) => {

@@ -1,5 +1,5 @@
-//! The operator process as a whole: a settled Habitat costs no writes, and with
-//! `--leader-elect` exactly one replica acts.
+//! The operator process as a whole: a settled Habitat costs no writes, with `--leader-elect`
+//! exactly one replica acts, and it runs on one thread.
 
 #[macro_use]
 mod support;
@@ -130,8 +130,35 @@ async fn the_operator_reports_ready_once_its_caches_are_synced(ground: Ground) {
     assert_eq!(health, 200);
 }
 
+/// `run` keeps its controller, its watches and its HTTP connections on one thread: kube's
+/// Controller polls every reconcile on the thread that awaits it, and with worker threads each
+/// request crossed threads twice (docs/performance.md, tenth pass).
+async fn the_operator_runs_on_one_thread(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "thread");
+    wait_for(Duration::from_secs(15), "/readyz to answer 200", || async {
+        ready(&env.metrics)
+    })
+    .await;
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let pid = env.operator_pid().expect("the operator runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+    let Ok(status) = status else {
+        eprintln!("skipped: no /proc on this system");
+        return;
+    };
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .map(str::trim);
+    assert_eq!(threads, Some("1"), "the operator's threads:\n{status}");
+}
+
 on_both_grounds!(
     a_settled_habitat_makes_no_writes_even_when_reconciled_again,
     with_leader_election_exactly_one_replica_is_ready_and_acts,
     the_operator_reports_ready_once_its_caches_are_synced,
+    the_operator_runs_on_one_thread,
 );

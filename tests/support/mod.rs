@@ -365,6 +365,11 @@ impl Env {
         (Proc(child, "operator"), addr)
     }
 
+    /// The process id of the operator started by [`Env::start_operator`].
+    pub fn operator_pid(&self) -> Option<u32> {
+        self._operator.as_ref().map(|p| p.0.id())
+    }
+
     /// Stops the operator process.
     pub fn stop_operator(&mut self) {
         self._operator = None;
