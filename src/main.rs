@@ -3,6 +3,7 @@
 
 // The sandbox command belongs to the binary (the library never imports the sandbox), but
 // lives with the rest of the process in runtime/.
+#[cfg(feature = "sandbox")]
 #[path = "runtime/sandbox_cmd.rs"]
 mod sandbox_cmd;
 
@@ -57,6 +58,7 @@ async fn command(cli: Cli) -> std::process::ExitCode {
             }
         }
         Command::Convert(args) => convert_cmd(&args.filename),
+        #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => {
             telemetry::init(&args.log_level, args.log_format);
             sandbox_cmd::run(args).await

@@ -24,6 +24,7 @@ pub enum Command {
     /// Print the Habitat CustomResourceDefinition as YAML.
     Crd,
     /// Start a simulated cluster on loopback, apply manifests and run the operator against it.
+    #[cfg(feature = "sandbox")]
     Sandbox(SandboxArgs),
     /// Convert the original operator's habitat.sh/v1beta1 Habitats to habitat.sh/v1 (YAML on
     /// standard output, notes on standard error; see docs/migrating.md).
@@ -100,6 +101,7 @@ impl RunArgs {
 }
 
 /// Flags of `sandbox`.
+#[cfg(feature = "sandbox")]
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// Manifests to apply (default: every examples/*/habitat.yml).
@@ -233,6 +235,7 @@ mod tests {
         assert_eq!(r.log.log_format, LogFormat::Json);
     }
 
+    #[cfg(feature = "sandbox")]
     #[test]
     fn sandbox_nodes_mode_takes_a_kubeconfig_and_refuses_sandbox_only_flags() {
         let cli = Cli::try_parse_from([
