@@ -136,10 +136,6 @@ async fn the_operator_reports_ready_once_its_caches_are_synced(ground: Ground) {
 async fn the_operator_runs_on_one_thread(ground: Ground) {
     require_kubectl!();
     let env = env_on!(ground, "thread");
-    wait_for(Duration::from_secs(15), "/readyz to answer 200", || async {
-        ready(&env.metrics)
-    })
-    .await;
     env.apply_example("standalone");
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
