@@ -1,8 +1,9 @@
 //! The `habitat-operator` binary: parses the command line and hands over.
 #![forbid(unsafe_code)]
 
-// The sandbox command belongs to the binary (the library never imports the sandbox), but
-// lives with the rest of the process in runtime/.
+// The sandbox command belongs to the binary (the library names the sandbox only for that
+// command's flags), but lives with the rest of the process in runtime/. It is the cargo feature
+// `sandbox`, which the image leaves out.
 #[cfg(feature = "sandbox")]
 #[path = "runtime/sandbox_cmd.rs"]
 mod sandbox_cmd;
