@@ -23,13 +23,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    // `run` on one thread: kube's Controller polls every reconcile and watch inside its own
-    // stream, on the thread that awaits it, so worker threads only ran the HTTP connections, and
-    // each request crossed threads twice (context switches were 13% of the operator's CPU at
+    // One thread: kube's Controller polls every reconcile and watch inside its own stream, on
+    // the thread that awaits it, so worker threads only ran `run`'s HTTP connections, and each
+    // request crossed threads twice (context switches were 13% of the operator's CPU at
     // N = 1000). The sandbox serves the API and runs the simulated nodes too: all cores.
     let runtime = match &cli.command {
-        Command::Run(_) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        #[cfg(feature = "sandbox")]
+        Command::Sandbox(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
     }
     .enable_all()
     .build();
