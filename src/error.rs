@@ -147,13 +147,22 @@ pub fn disposition(e: &kube::Error) -> Disposition {
     }
 }
 
-/// Whether the API server refused to create an object because its namespace is being deleted:
-/// HTTP 403 whose details carry the `NamespaceTerminating` cause. Servers older than the cause
-/// (Kubernetes < 1.16) only say so in the message, which is recognised as well.
+/// Whether the API server refused to create an object because its namespace is being deleted,
+/// or is already gone. While the namespace controller empties it, namespace lifecycle admission
+/// answers HTTP 403 whose details carry the `NamespaceTerminating` cause; servers older than the
+/// cause (Kubernetes < 1.16) only say so in the message, which is recognised as well. Once the
+/// namespace is deleted, the same admission answers 404 about the namespace itself (details
+/// `kind: namespaces`), not about the object: a late Event or status write meets that.
 pub fn is_namespace_terminating(e: &kube::Error) -> bool {
     let kube::Error::Api(s) = e else {
         return false;
     };
+    if s.code == 404 {
+        return s
+            .details
+            .as_ref()
+            .is_some_and(|d| d.kind == "namespaces" && d.group.is_empty());
+    }
     if s.code != 403 {
         return false;
     }
@@ -331,6 +340,27 @@ pub(crate) mod tests {
             source: terminating(),
         };
         assert_eq!(e.disposition(), Disposition::NamespaceTerminating);
+    }
+
+    /// What a kube-apiserver answers to a create in a namespace that no longer exists, verbatim.
+    const NAMESPACE_GONE: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"e2e-x\" not found","reason":"NotFound","details":{"name":"e2e-x","kind":"namespaces"},"code":404}"#;
+
+    #[test]
+    fn a_create_in_a_namespace_already_gone_is_not_a_failure() {
+        let status: kube::core::Status =
+            serde_json::from_str(NAMESPACE_GONE).expect("a valid Status");
+        let gone = kube::Error::Api(status.boxed());
+        assert!(is_namespace_terminating(&gone));
+        assert_eq!(disposition(&gone), Disposition::NamespaceTerminating);
+        // A 404 about the object itself (a patch of a deleted ConfigMap) is not about the
+        // namespace.
+        let mut status: kube::core::Status =
+            serde_json::from_str(NAMESPACE_GONE).expect("a valid Status");
+        if let Some(d) = status.details.as_mut() {
+            d.kind = "configmaps".into();
+        }
+        assert!(!is_namespace_terminating(&kube::Error::Api(status.boxed())));
+        assert!(!is_namespace_terminating(&api_error(404)));
     }
 
     #[test]

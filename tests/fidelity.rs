@@ -351,8 +351,58 @@ async fn budgets_leases_and_events_are_validated(ground: Ground) {
     );
 }
 
+/// A create in a namespace that does not exist (or no longer does) is refused by namespace
+/// lifecycle admission with 404 about the namespace itself, not about the object: the operator
+/// tells it apart from an object's own 404 by the details' kind (a late Event after the test's
+/// namespace was deleted met this on the sandbox).
+async fn a_create_in_a_missing_namespace_is_a_404_about_the_namespace(ground: Ground) {
+    let env = env_on!(ground, "fid-gone", false);
+    let gone = format!("{}-gone", env.namespace);
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "e1"}, "reason": "R", "action": "A", "type": "Normal",
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c",
+        "reportingInstance": "i", "regarding": {"kind": "Pod", "name": "x", "namespace": gone}});
+    for path in [
+        format!("/apis/events.k8s.io/v1/namespaces/{gone}/events"),
+        format!("/api/v1/namespaces/{gone}/configmaps"),
+    ] {
+        let body = if path.ends_with("events") {
+            event.clone()
+        } else {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}})
+        };
+        let req = hyper::Request::builder()
+            .method("POST")
+            .uri(&path)
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+            .expect("request");
+        match env.client.request_text(req).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(
+                    (s.code, s.reason.as_str(), s.message.clone()),
+                    (404, "NotFound", format!("namespaces \"{gone}\" not found")),
+                    "{path}"
+                );
+                let d = s.details.as_ref().expect("details");
+                assert_eq!(
+                    (d.kind.as_str(), d.group.as_str(), d.name.as_str()),
+                    ("namespaces", "", gone.as_str()),
+                    "{path}"
+                );
+                assert!(
+                    habitat_operator::error::is_namespace_terminating(&kube::Error::Api(s)),
+                    "{path}"
+                );
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}
+
 on_both_grounds!(
     statefulset_spec_is_immutable_but_for_a_few_fields,
+    a_create_in_a_missing_namespace_is_a_404_about_the_namespace,
     pod_spec_updates_change_only_images,
     binding_a_bound_pod_or_another_name_is_refused,
     a_custom_resource_put_needs_a_resource_version,
