@@ -120,6 +120,24 @@ async fn kubectl_shows_the_phase_column_reaching_ready_and_describe_shows_condit
         );
     }
     assert!(seen.len() >= 2, "{seen:?}");
+    // The first election is told once: by the pass's Event, which names the leader, not by a
+    // LeaderChanged Event "from none" beside it.
+    let told = |(reason, message): &(Option<String>, Option<String>)| {
+        reason.as_deref() != Some("LeaderChanged")
+            && message
+                .as_deref()
+                .is_some_and(|m| m.contains("→ LeaderElected") && m.contains(" leads "))
+    };
+    assert!(
+        seen.iter().any(told),
+        "no Event names the first leader: {seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(reason, _)| reason.as_deref() == Some("LeaderChanged")),
+        "the first election was told twice: {seen:?}"
+    );
 }
 
 on_both_grounds!(

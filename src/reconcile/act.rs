@@ -156,7 +156,7 @@ pub async fn act(
                     .unwrap_or_else(|| "none".into());
                 let to = leader.unwrap_or_else(|| "none".into());
                 notes.push(Note::normal(
-                    "LeaderChanged",
+                    LEADER_CHANGED,
                     format!("{to} leads now (previously {from})"),
                 ));
             }
@@ -165,6 +165,9 @@ pub async fn act(
     }
     Ok(())
 }
+
+/// The reason of the Event that tells a leader group's new leader.
+pub const LEADER_CHANGED: &str = "LeaderChanged";
 
 /// Applies `desired` over `seen`, the snapshot's copy, which then holds the server's answer;
 /// `recent` remembers the write until the cache shows it.

@@ -416,7 +416,17 @@ fn record(
         .chain(pass.transitions.iter().map(|(_, to)| *to))
         .collect();
     if let Some(last) = path.last() {
-        notes.extend(Note::passage(&path, &transition_reason(*last, new)));
+        let mut why = transition_reason(*last, new);
+        // A group's first leader is told by this Event (the LeaderElected condition names the
+        // pod), not by a LeaderChanged Event from "none" besides it: one Event fewer per group.
+        let elected_here = path[1..].contains(&Phase::LeaderElected);
+        if elected_here && old.leader.is_none() && new.leader.is_some() {
+            notes.retain(|n| n.reason != act::LEADER_CHANGED);
+            if *last != Phase::LeaderElected {
+                why = format!("{}; {why}", transition_reason(Phase::LeaderElected, new));
+            }
+        }
+        notes.extend(Note::passage(&path, &why));
     }
     notes.extend(user_warnings(&old.conditions, &new.conditions));
     let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
