@@ -74,9 +74,9 @@ pub struct Context {
     /// handed that version again comes from a cache the write has not reached yet, and would
     /// walk the phases a second time (the same applies, a repeated Event).
     pub written_over: Mutex<HashMap<String, String>>,
-    /// Per object uid, when this process last wrote the status of a Habitat whose workload
-    /// converges: the ready count is written at most once per `status::PROGRESS_INTERVAL`.
-    pub status_written: Mutex<HashMap<String, std::time::Instant>>,
+    /// Per object uid, when a converging Habitat's pending progress was first seen: progress is
+    /// written once it has waited `status::PROGRESS_INTERVAL`.
+    pub progress: crate::reconcile::status::ProgressClock,
     /// The fingerprints of each Habitat's desired workload, for its current generation and key.
     pub fingerprints: FingerprintMemo,
     /// This process's writes whose watch events must not wake their Habitat again (shared with

@@ -199,7 +199,7 @@ pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
         rollout_done: snap
             .statefulset
             .as_ref()
-            .is_some_and(|s| rollout::done(s, count)),
+            .is_some_and(|s| rollout::progress(s, &snap.pods, count).done),
         pod_replacement_due: desired.replacement.is_some(),
         leader_topology: h.spec.service.topology == Topology::Leader,
         leader_observed: snap.leader != LeaderView::NotObserved,

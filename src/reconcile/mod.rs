@@ -226,17 +226,14 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
     let converging = status::converging(pass.phase);
     let mut deferred = None;
-    match status::worth_writing(&new, &old, pass.phase, last_written(ctx, &uid)) {
+    let clock_now = std::time::Instant::now();
+    let waited = ctx.progress.waited(&uid, clock_now);
+    let worth = status::worth_writing(&new, &old, pass.phase, Some(waited));
+    match worth {
         Worth::Nothing => {}
         Worth::Later(wait) => deferred = Some(wait),
         Worth::Now => {
             let written = persist(ctx, h, &ns, new).await?;
-            if converging {
-                ctx.status_written
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(uid.clone(), std::time::Instant::now());
-            }
             // Marked only when the write made a new version: after a write that changed nothing
             // (the server already held this status) no newer copy would ever come to clear it.
             if let (Some(before), Some(after)) = (h.resource_version(), written) {
@@ -253,12 +250,7 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
         ctx.fingerprints.forget(&uid);
     }
     // Only converging Habitats are remembered (the others' next write is never deferred).
-    if !converging {
-        ctx.status_written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
-    }
+    ctx.progress.decided(&uid, worth, converging, clock_now);
     ctx.events.send(h, notes);
     match pass.failure {
         Some(e) => Err(e),
@@ -273,15 +265,6 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
             Ok(next.map_or_else(Action::await_change, Action::requeue))
         }
     }
-}
-
-/// How long ago this process last wrote the status of the converging Habitat `uid`.
-fn last_written(ctx: &Context, uid: &str) -> Option<Duration> {
-    ctx.status_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(uid)
-        .map(std::time::Instant::elapsed)
 }
 
 /// Whether the supervisors may change the package themselves (`updateStrategy` other than
@@ -677,7 +660,7 @@ mod tests {
             key_generation: tokio::sync::Mutex::new(()),
             last_failure: Mutex::new(Default::default()),
             written_over: Mutex::new(Default::default()),
-            status_written: Mutex::new(Default::default()),
+            progress: Default::default(),
             fingerprints: Default::default(),
             echoes: Default::default(),
             synced: Arc::new(AtomicBool::new(true)),

@@ -10,17 +10,61 @@ use crate::reconcile::peer::{is_ready, ordinal};
 
 const REVISION_LABEL: &str = "controller-revision-hash";
 
-/// Whether the StatefulSet has observed its spec, runs `count` pods of the update revision and
-/// all of them are ready.
-pub fn done(sts: &StatefulSet, count: i32) -> bool {
+/// How far the StatefulSet's rollout is: its replicas and ready replicas, and whether it is done (it has
+/// observed its spec, and runs `count` pods of the update revision, all of them ready).
+///
+/// All are read from the StatefulSet's status or from its pods (the watched cache), whichever
+/// is ahead: kube-controller-manager writes the status after the pods' readiness, and under
+/// load seconds later (1.7 s at the median at N = 100 on the real ground, more at N = 1000), so a
+/// Habitat whose pods were all ready waited for that write to be Ready. The pods are counted
+/// only once the StatefulSet has observed its spec and named its update revision: a pod is
+/// ready and current when it is not being deleted, its ordinal is below `count`, it is ready
+/// and it carries the update revision. No pod at or above `count` may remain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Replicas (the StatefulSet's `replicas`, or its pods not being deleted when more).
+    pub replicas: i32,
+    /// Ready replicas (the StatefulSet's `readyReplicas`, or the ready pods below `count` when
+    /// more).
+    pub ready: i32,
+    /// Whether the rollout is done.
+    pub done: bool,
+}
+
+/// The progress of `sts`, whose pods are `pods`, towards `count` replicas.
+pub fn progress(sts: &StatefulSet, pods: &[Pod], count: i32) -> Progress {
     let Some(status) = sts.status.as_ref() else {
-        return count == 0 && sts.metadata.generation.is_some();
+        return Progress {
+            replicas: 0,
+            ready: 0,
+            done: count == 0 && sts.metadata.generation.is_some(),
+        };
     };
     let observed = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(1);
-    observed
+    let by_status = observed
         && status.replicas == count
         && status.ready_replicas.unwrap_or(0) == count
-        && status.updated_replicas.unwrap_or(0) == count
+        && status.updated_replicas.unwrap_or(0) == count;
+    let want = u32::try_from(count).unwrap_or(0);
+    let live = || {
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+    };
+    let ready_pods = live().filter(|p| ordinal(p) < want && is_ready(p)).count();
+    let by_pods = observed
+        && status.update_revision.as_deref().is_some_and(|update| {
+            let current = live()
+                .filter(|p| ordinal(p) < want && is_ready(p))
+                .filter(|p| p.labels().get(REVISION_LABEL).is_some_and(|r| r == update))
+                .count();
+            current == want as usize && live().all(|p| ordinal(p) < want)
+        });
+    let as_count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    Progress {
+        replicas: status.replicas.max(as_count(live().count())),
+        ready: status.ready_replicas.unwrap_or(0).max(as_count(ready_pods)),
+        done: by_status || by_pods,
+    }
 }
 
 /// Pods whose template revision is not the StatefulSet's update revision.
@@ -89,6 +133,10 @@ mod tests {
         p
     }
 
+    fn done(s: &StatefulSet, count: i32) -> bool {
+        progress(s, &[], count).done
+    }
+
     #[test]
     fn a_rollout_is_done_when_every_replica_is_updated_and_ready() {
         assert!(done(&sts("r2", 3, 3, 3), 3));
@@ -97,6 +145,54 @@ mod tests {
         let mut stale = sts("r2", 3, 3, 3);
         stale.metadata.generation = Some(3);
         assert!(!done(&stale, 3));
+    }
+
+    #[test]
+    fn the_pods_tell_a_done_rollout_before_the_statefulset_status_does() {
+        // kube-controller-manager has created the pods and named the revision, but not yet
+        // counted them ready.
+        let s = sts("r2", 3, 0, 3);
+        let pods = [at(0, "r2"), at(1, "r2"), at(2, "r2")];
+        assert_eq!(
+            progress(&s, &pods, 3),
+            Progress {
+                replicas: 3,
+                ready: 3,
+                done: true
+            }
+        );
+        // One not ready, one of the old revision, one missing, one being deleted: not done.
+        let mut unready = pods.clone();
+        unready[1] = pod(1, "10.0.0.1", "Running", false);
+        unready[1].metadata.labels = pods[1].metadata.labels.clone();
+        assert_eq!(
+            progress(&s, &unready, 3),
+            Progress {
+                replicas: 3,
+                ready: 2,
+                done: false
+            }
+        );
+        assert!(!progress(&s, &[at(0, "r2"), at(1, "r1"), at(2, "r2")], 3).done);
+        assert!(!progress(&s, &pods[..2], 3).done);
+        let mut deleting = pods.clone();
+        deleting[2].metadata.deletion_timestamp =
+            Some(crate::reconcile::conditions::to_time(chrono::Utc::now()));
+        assert!(!progress(&s, &deleting, 3).done);
+        // A pod beyond the count (a scale-down under way) keeps the rollout open.
+        assert!(!progress(&s, &[at(0, "r2"), at(1, "r2"), at(2, "r2"), at(3, "r2")], 3).done);
+        // Before the StatefulSet observed its spec, the pods do not count for done.
+        let mut stale = sts("r2", 3, 0, 3);
+        stale.metadata.generation = Some(3);
+        assert!(!progress(&stale, &pods, 3).done);
+        // Without a named revision, neither.
+        let mut unnamed = sts("r2", 3, 0, 3);
+        if let Some(st) = unnamed.status.as_mut() {
+            st.update_revision = None;
+        }
+        assert!(!progress(&unnamed, &pods, 3).done);
+        // The status ahead of the cache counts too.
+        assert_eq!(progress(&sts("r2", 3, 3, 3), &[], 3).ready, 3);
     }
 
     #[test]

@@ -51,13 +51,14 @@ pub fn desired(i: &Inputs<'_>) -> HabitatStatus {
     let h = i.habitat;
     let previous = h.status.clone().unwrap_or_default();
     let generation = h.metadata.generation.unwrap_or(0);
-    let sts_status = i
+    // Counted as the machine's `rollout_done` is: the pods are ahead of the StatefulSet's status.
+    let progress = i
         .snapshot
         .statefulset
         .as_ref()
-        .and_then(|s| s.status.as_ref());
-    let replicas = sts_status.map(|s| s.replicas).unwrap_or(0);
-    let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+        .map(|s| crate::reconcile::rollout::progress(s, &i.snapshot.pods, h.spec.count));
+    let replicas = progress.map_or(0, |p| p.replicas);
+    let ready_replicas = progress.map_or(0, |p| p.ready);
     let leader = match &i.snapshot.leader {
         LeaderView::Observed { pod, .. } => pod.clone(),
         // The census could not be read: keep what was known rather than blanking the column.
@@ -210,8 +211,8 @@ pub enum Worth {
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What `new` is worth over `old`, the status the object carries, when the pass ended in
-/// `phase`, `since` after this process last wrote this object's status (None: not since it
-/// started).
+/// `phase`, its progress having waited `since` ([`ProgressClock::waited`]; None: no wait to
+/// respect).
 ///
 /// While the workload converges (Deploying, Updating, LeaderElected) the pods' progress changes
 /// the observed pod count, the peer address and condition messages several times; those ride
@@ -220,9 +221,10 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 /// taking a reason the user may have to act on. Progress (the ready count, the first census
 /// reading, or a condition moving from one reason of a workload on its way to another,
 /// [`R::is_progress`]: an election starting, pods becoming ready) is written too, since a user watching a slow rollout wants to see it
-/// move, but at most once per [`PROGRESS_INTERVAL`]. So a Habitat's way to Ready costs two
-/// writes when its pods come up within that interval (it leaves Pending; it becomes Ready),
-/// whatever its count. In every other phase any difference is written at once.
+/// move, but at most once per [`PROGRESS_INTERVAL`], and that long after it appeared. So a
+/// Habitat's way to Ready costs two writes when its pods come up within that interval of each
+/// other (it leaves Pending; it becomes Ready), whatever its count. In every other phase any
+/// difference is written at once.
 pub fn worth_writing(
     new: &HabitatStatus,
     old: &HabitatStatus,
@@ -252,6 +254,46 @@ pub fn worth_writing(
     match since {
         Some(since) if since < PROGRESS_INTERVAL => Worth::Later(PROGRESS_INTERVAL - since),
         _ => Worth::Now,
+    }
+}
+
+/// When each converging Habitat's pending progress was first seen, by object uid: progress that
+/// the stored status does not show yet is written once it has waited [`PROGRESS_INTERVAL`] (so
+/// at most once per interval, as a write clears the wait). Pods that come up one by one within
+/// an interval of each other cost no write before the one that says Ready. (Counted from the
+/// last write instead, progress that followed a long wait was written at once: at N = 1000 on the
+/// real ground, with ready pods counted as they came, that was a write per pod.)
+#[derive(Debug, Default)]
+pub struct ProgressClock {
+    seen: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl ProgressClock {
+    fn seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long `uid`'s progress has waited at `now`: zero when it is first seen now.
+    pub fn waited(&self, uid: &str, now: std::time::Instant) -> Duration {
+        self.seen()
+            .get(uid)
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(*t))
+    }
+
+    /// Records what the pass decided at `now`: a deferred write starts (or keeps) the wait; a
+    /// write, nothing to write, or a phase that does not converge (those write at once) ends it.
+    pub fn decided(&self, uid: &str, worth: Worth, converging: bool, now: std::time::Instant) {
+        let mut seen = self.seen();
+        match worth {
+            Worth::Later(_) if converging => {
+                seen.entry(uid.to_string()).or_insert(now);
+            }
+            _ => {
+                seen.remove(uid);
+            }
+        }
     }
 }
 
@@ -558,6 +600,50 @@ mod tests {
         assert_eq!(
             release_of(&[member("a", v1, true), member("b", v2, true)]).as_deref(),
             Some(MIXED)
+        );
+    }
+
+    #[test]
+    fn progress_waits_its_interval_from_when_it_appeared_not_from_the_last_write() {
+        let clock = ProgressClock::default();
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Long after the last write, a first pod is ready: that progress waits a whole
+        // interval from now.
+        assert_eq!(clock.waited("u", at(30)), Duration::ZERO);
+        clock.decided("u", Worth::Later(PROGRESS_INTERVAL), true, at(30));
+        assert_eq!(clock.waited("u", at(32)), Duration::from_secs(2));
+        // More progress within the interval keeps the first sighting.
+        clock.decided("u", Worth::Later(Duration::from_secs(3)), true, at(32));
+        assert_eq!(clock.waited("u", at(35)), PROGRESS_INTERVAL);
+        // Written: the next progress waits from when it appears.
+        clock.decided("u", Worth::Now, true, at(35));
+        assert_eq!(clock.waited("u", at(37)), Duration::ZERO);
+        // Nothing pending any more ends the wait too.
+        clock.decided("u", Worth::Later(PROGRESS_INTERVAL), true, at(37));
+        clock.decided("u", Worth::Nothing, true, at(38));
+        assert_eq!(clock.waited("u", at(50)), Duration::ZERO);
+        // Out of the converging phases, the object is forgotten.
+        clock.decided("u", Worth::Later(PROGRESS_INTERVAL), false, at(51));
+        assert!(clock.seen().is_empty());
+        // What the wait means for a write: a pod ready long after the last write is not
+        // written at once, but once it has waited the interval.
+        let old = HabitatStatus {
+            phase: Some("Deploying".into()),
+            ready_replicas: 0,
+            ..HabitatStatus::default()
+        };
+        let new = HabitatStatus {
+            ready_replicas: 1,
+            ..old.clone()
+        };
+        assert_eq!(
+            worth_writing(&new, &old, Phase::Deploying, Some(Duration::ZERO)),
+            Worth::Later(PROGRESS_INTERVAL)
+        );
+        assert_eq!(
+            worth_writing(&new, &old, Phase::Deploying, Some(PROGRESS_INTERVAL)),
+            Worth::Now
         );
     }
 

@@ -257,7 +257,7 @@ pub fn slim_pod(p: &mut Pod) {
 /// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), the spec
 /// without its pod template and claim templates, which the operator writes but never reads back
 /// (it compares fingerprints), and the status fields that say how far a rollout is
-/// (`rollout::done`, `rollout::outdated`, the Habitat's status). An update of the others
+/// (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of the others
 /// (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no Habitat.
 pub fn slim_statefulset(s: &mut StatefulSet) {
     drop_managed_fields(s);
@@ -394,7 +394,7 @@ pub async fn run(
         key_generation: tokio::sync::Mutex::new(()),
         last_failure: Mutex::new(Default::default()),
         written_over: Mutex::new(Default::default()),
-        status_written: Mutex::new(Default::default()),
+        progress: Default::default(),
         fingerprints: Default::default(),
         echoes,
         synced: ready.clone(),
@@ -612,7 +612,10 @@ mod tests {
             s
         };
         let three = sts("1", 3, 2);
-        assert!(crate::reconcile::rollout::done(&three, 3), "done as read");
+        assert!(
+            crate::reconcile::rollout::progress(&three, &[], 3).done,
+            "done as read"
+        );
         let status = three.status.clone().expect("the status is kept");
         assert_eq!(status.update_revision.as_deref(), Some("redis-1"));
         assert!(status.available_replicas.is_none() && status.current_revision.is_none());
