@@ -401,7 +401,7 @@ fn record(
     if let Some(last) = path.last() {
         let mut why = transition_reason(*last, new);
         // A group's first leader is told by this Event (the LeaderElected condition names the
-        // pod), not by a LeaderChanged Event from "none" besides it: one Event fewer per group.
+        // pod), not by a LeaderChanged Event from "none" beside it: one Event fewer per group.
         let elected_here = path[1..].contains(&Phase::LeaderElected);
         if elected_here && old.leader.is_none() && new.leader.is_some() {
             notes.retain(|n| n.reason != act::LEADER_CHANGED);

@@ -10,16 +10,16 @@ use crate::reconcile::peer::{is_ready, ordinal};
 
 const REVISION_LABEL: &str = "controller-revision-hash";
 
-/// How far the StatefulSet's rollout is: its replicas and ready replicas, and whether it is done (it has
-/// observed its spec, and runs `count` pods of the update revision, all of them ready).
+/// How far the StatefulSet's rollout is: its replicas and ready replicas, and whether it is
+/// done (it has observed its spec, and runs `count` pods of the update revision, all ready).
 ///
 /// All are read from the StatefulSet's status or from its pods (the watched cache), whichever
 /// is ahead: kube-controller-manager writes the status after the pods' readiness, and under
-/// load seconds later (1.7 s at the median at N = 100 on the real ground, more at N = 1000), so a
-/// Habitat whose pods were all ready waited for that write to be Ready. The pods are counted
-/// only once the StatefulSet has observed its spec and named its update revision: a pod is
-/// ready and current when it is not being deleted, its ordinal is below `count`, it is ready
-/// and it carries the update revision. No pod at or above `count` may remain.
+/// load late (a median 26.7 s after a Habitat's last pod was ready at N = 1000 on the real
+/// ground), and every Habitat waited for that write to be Ready. The pods count for done only
+/// once the StatefulSet has observed its spec and named its update revision: each of the
+/// `count` ordinals has a pod that is not being deleted, is ready and carries the update
+/// revision, and no pod remains at or above `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     /// Replicas (the StatefulSet's `replicas`, or its pods not being deleted when more).
@@ -46,23 +46,31 @@ pub fn progress(sts: &StatefulSet, pods: &[Pod], count: i32) -> Progress {
         && status.ready_replicas.unwrap_or(0) == count
         && status.updated_replicas.unwrap_or(0) == count;
     let want = u32::try_from(count).unwrap_or(0);
-    let live = || {
-        pods.iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-    };
-    let ready_pods = live().filter(|p| ordinal(p) < want && is_ready(p)).count();
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let ready: Vec<&Pod> = live
+        .iter()
+        .copied()
+        .filter(|p| ordinal(p) < want && is_ready(p))
+        .collect();
     let by_pods = observed
+        && live.iter().all(|p| ordinal(p) < want)
         && status.update_revision.as_deref().is_some_and(|update| {
-            let current = live()
-                .filter(|p| ordinal(p) < want && is_ready(p))
+            let current = ready
+                .iter()
                 .filter(|p| p.labels().get(REVISION_LABEL).is_some_and(|r| r == update))
                 .count();
-            current == want as usize && live().all(|p| ordinal(p) < want)
+            current == want as usize
         });
     let as_count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     Progress {
-        replicas: status.replicas.max(as_count(live().count())),
-        ready: status.ready_replicas.unwrap_or(0).max(as_count(ready_pods)),
+        replicas: status.replicas.max(as_count(live.len())),
+        ready: status
+            .ready_replicas
+            .unwrap_or(0)
+            .max(as_count(ready.len())),
         done: by_status || by_pods,
     }
 }
