@@ -16,6 +16,8 @@ struct Answer {
     reason: String,
     message: String,
     body: Value,
+    /// The whole Status of a refusal.
+    status: Option<Box<kube::core::Status>>,
 }
 
 async fn call(env: &Env, method: &str, path: &str, body: &Value, content_type: &str) -> Answer {
@@ -32,12 +34,14 @@ async fn call(env: &Env, method: &str, path: &str, body: &Value, content_type: &
             reason: String::new(),
             message: String::new(),
             body: serde_json::from_str(&text).unwrap_or_default(),
+            status: None,
         },
         Err(kube::Error::Api(s)) => Answer {
             code: s.code,
             reason: s.reason.clone(),
             message: s.message.clone(),
             body: Value::Null,
+            status: Some(s),
         },
         Err(e) => panic!("{method} {path}: {e}"),
     }
@@ -362,41 +366,28 @@ async fn a_create_in_a_missing_namespace_is_a_404_about_the_namespace(ground: Gr
         "metadata": {"name": "e1"}, "reason": "R", "action": "A", "type": "Normal",
         "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c",
         "reportingInstance": "i", "regarding": {"kind": "Pod", "name": "x", "namespace": gone}});
-    for path in [
-        format!("/apis/events.k8s.io/v1/namespaces/{gone}/events"),
-        format!("/api/v1/namespaces/{gone}/configmaps"),
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}});
+    for (path, body) in [
+        ("/apis/events.k8s.io/v1/namespaces/NS-gone/events", event),
+        ("/api/v1/namespaces/NS-gone/configmaps", config_map),
     ] {
-        let body = if path.ends_with("events") {
-            event.clone()
-        } else {
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}})
-        };
-        let req = hyper::Request::builder()
-            .method("POST")
-            .uri(&path)
-            .header("Content-Type", "application/json")
-            .body(serde_json::to_vec(&body).unwrap_or_default())
-            .expect("request");
-        match env.client.request_text(req).await {
-            Err(kube::Error::Api(s)) => {
-                assert_eq!(
-                    (s.code, s.reason.as_str(), s.message.clone()),
-                    (404, "NotFound", format!("namespaces \"{gone}\" not found")),
-                    "{path}"
-                );
-                let d = s.details.as_ref().expect("details");
-                assert_eq!(
-                    (d.kind.as_str(), d.group.as_str(), d.name.as_str()),
-                    ("namespaces", "", gone.as_str()),
-                    "{path}"
-                );
-                assert!(
-                    habitat_operator::error::is_namespace_terminating(&kube::Error::Api(s)),
-                    "{path}"
-                );
-            }
-            other => panic!("{path}: {other:?}"),
-        }
+        let a = post(&env, path, body).await;
+        assert_eq!(
+            (a.code, a.reason.as_str(), a.message.clone()),
+            (404, "NotFound", format!("namespaces \"{gone}\" not found")),
+            "{path}"
+        );
+        let status = a.status.expect("a refusal's Status");
+        let d = status.details.as_ref().expect("details");
+        assert_eq!(
+            (d.kind.as_str(), d.group.as_str(), d.name.as_str()),
+            ("namespaces", "", gone.as_str()),
+            "{path}"
+        );
+        assert!(
+            habitat_operator::error::is_namespace_terminating(&kube::Error::Api(status)),
+            "{path}"
+        );
     }
 }
 
