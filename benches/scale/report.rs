@@ -92,6 +92,9 @@ pub struct Measurement {
     pub time_to_ready_s: f64,
     pub floor_s: Option<f64>,
     pub floor_writes: Option<u64>,
+    /// The required floor's time and writes (`floor::Floor::Required`).
+    pub required_s: Option<f64>,
+    pub required_writes: Option<u64>,
     pub requests: Breakdown,
     pub quiet: Breakdown,
     pub quiet_seconds: f64,
@@ -117,6 +120,11 @@ impl Measurement {
         self.floor_s.map(|f| self.time_to_ready_s / f)
     }
 
+    /// The time over the required floor's: what the operator adds to the writes it must make.
+    pub fn time_ratio_required(&self) -> Option<f64> {
+        self.required_s.map(|f| self.time_to_ready_s / f)
+    }
+
     pub fn to_json(&self) -> Value {
         let n = self.n;
         let ms = |v: Option<f64>| v.map(|v| round(v, 2));
@@ -129,6 +137,9 @@ impl Measurement {
             "time_to_ready_s": round(self.time_to_ready_s, 2),
             "floor_s": self.floor_s.map(|v| round(v, 2)),
             "time_ratio": self.time_ratio().map(|v| round(v, 3)),
+            "required_floor_s": self.required_s.map(|v| round(v, 2)),
+            "time_ratio_required": self.time_ratio_required().map(|v| round(v, 3)),
+            "required_floor_writes_per_habitat": self.required_writes.map(|w| round(w as f64 / n as f64, 2)),
             "requests_per_habitat": {
                 "total": round(self.requests.total as f64 / n as f64, 2),
                 "by_verb": Breakdown::per(&self.requests.by_verb, n),
@@ -172,6 +183,13 @@ impl Measurement {
             }
             None => row("floor (plain client)", "not run".into()),
         }
+        if let Some(f) = self.required_s {
+            row("required floor (+ required writes)", format!("{f:.2} s"));
+            row(
+                "time ratio to the required floor",
+                format!("{:.2}", self.time_to_ready_s / f),
+            );
+        }
         row(
             "requests per Habitat",
             format!("{:.2}", self.requests.total as f64 / n as f64),
@@ -197,6 +215,12 @@ impl Measurement {
         if let Some(w) = self.floor_writes {
             row(
                 "floor writes per Habitat",
+                format!("{:.2}", w as f64 / n as f64),
+            );
+        }
+        if let Some(w) = self.required_writes {
+            row(
+                "required floor writes per Habitat",
                 format!("{:.2}", w as f64 / n as f64),
             );
         }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use habitat_operator::api::Habitat;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
@@ -119,4 +119,34 @@ pub async fn wait_ready(
             }
         }
     }
+}
+
+/// Removes the finalizers of every Habitat in `namespace` (the required floor's, which no
+/// operator would remove), `CREATE_CONCURRENCY` at a time, so that the namespace can go.
+pub async fn release(client: &Client, namespace: &str) -> Result<(), String> {
+    let api: Api<Habitat> = Api::namespaced(client.clone(), namespace);
+    let names: Vec<String> = api
+        .list_metadata(&Default::default())
+        .await
+        .map_err(|e| format!("listing the Habitats of {namespace}: {e}"))?
+        .items
+        .iter()
+        .map(|h| h.name_any())
+        .collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    let mut patches = futures::stream::iter(names)
+        .map(|name| {
+            let (api, patch) = (api.clone(), &patch);
+            async move {
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("releasing {name}: {e}"))
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY);
+    while let Some(done) = patches.next().await {
+        done?;
+    }
+    Ok(())
 }
