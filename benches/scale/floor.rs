@@ -163,30 +163,32 @@ async fn write_status(
         .map_err(|e| format!("writing the status of {name}: {e}"))
 }
 
-/// Records `note` about the Habitat `reference` (the required floor only).
+/// Records `note` about the Habitat `reference`.
 async fn record(
-    events: Option<&Recorder>,
+    events: &Recorder,
     reference: &ObjectReference,
     note: Option<Note>,
 ) -> Result<(), String> {
-    match (events, note) {
-        (Some(events), Some(note)) => events
+    match note {
+        Some(note) => events
             .publish(&note, reference)
             .await
             .map_err(|e| format!("recording {}: {e}", note.reason)),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
+/// Performs `job`. `required` is the required floor's Event recorder: with it, the job makes the
+/// required writes too; without it, the plain floor's only.
 async fn perform(
     client: &Client,
-    events: Option<&Recorder>,
+    required: Option<&Recorder>,
     ns: &str,
     job: Job,
 ) -> Result<(Option<(String, Deployed)>, bool), String> {
     match job {
         Job::Children(h) => {
-            if events.is_some() {
+            if required.is_some() {
                 let patch = serde_json::json!({"metadata": {"finalizers": [FINALIZER]}});
                 Api::<Habitat>::namespaced(client.clone(), ns)
                     .patch(
@@ -224,7 +226,7 @@ async fn perform(
                 leader_group: w.leader.is_some(),
                 reference: h.object_ref(&()),
             };
-            if events.is_some() {
+            if let Some(events) = required {
                 let status = serde_json::json!({"phase": "Deploying", "observedGeneration": deployed.generation});
                 write_status(client, ns, &h.name_any(), status).await?;
                 let path = [
@@ -251,8 +253,8 @@ async fn perform(
             Ok((None, false))
         }
         Job::Status { habitat, leader } => {
-            let name = &habitat.reference.name.clone().unwrap_or_default();
-            if let Some(pod) = leader.filter(|_| events.is_some()) {
+            let name = habitat.reference.name.as_deref().unwrap_or_default();
+            if let Some(pod) = leader.filter(|_| required.is_some()) {
                 let patch = serde_json::json!({"metadata": {"labels": {LABEL_LEADER: "true"}}});
                 Api::<Pod>::namespaced(client.clone(), ns)
                     .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
@@ -262,8 +264,11 @@ async fn perform(
             let status =
                 serde_json::json!({"phase": "Ready", "observedGeneration": habitat.generation});
             write_status(client, ns, name, status).await?;
-            let note = Note::passage(&[Phase::Deploying, Phase::Ready], "every member is ready");
-            record(events, &habitat.reference, note).await?;
+            if let Some(events) = required {
+                let note =
+                    Note::passage(&[Phase::Deploying, Phase::Ready], "every member is ready");
+                record(events, &habitat.reference, note).await?;
+            }
             Ok((None, true))
         }
     }
