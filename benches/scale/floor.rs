@@ -39,6 +39,9 @@ pub enum Floor {
     Plain,
     /// Plus the finalizer, the status leaving Pending, the leader label and two Events.
     Required,
+    /// The plain floor on a fresh server before anything is measured, so that every measured
+    /// run finds the server warm; its time is printed, not compared.
+    WarmUp,
 }
 
 impl Floor {
@@ -47,6 +50,7 @@ impl Floor {
         match self {
             Floor::Plain => "habitat-bench/floor",
             Floor::Required => "habitat-bench/required-floor",
+            Floor::WarmUp => "habitat-bench/warm-up",
         }
     }
 
@@ -55,6 +59,7 @@ impl Floor {
         match self {
             Floor::Plain => "floor",
             Floor::Required => "required-floor",
+            Floor::WarmUp => "warm-up",
         }
     }
 
@@ -63,6 +68,7 @@ impl Floor {
         match self {
             Floor::Plain => "floor",
             Floor::Required => "required floor",
+            Floor::WarmUp => "warm-up",
         }
     }
 }

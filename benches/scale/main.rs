@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cargo bench --bench scale -- [--ground sandbox|real|both]... [--workers W]
-//!     [--resync-seconds S] [--no-floor] [--no-required-floor] N...
+//!     [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] N...
 //! ```
 //!
 //! `cargo bench --bench scale -- N` runs the sandbox. Prints a table per (ground, N) and writes
@@ -16,6 +16,7 @@
 
 mod floor;
 mod ground;
+mod machine;
 mod operator;
 mod report;
 mod workload;
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind};
-use report::{Breakdown, Measurement};
+use report::{Breakdown, Measurement, Others, Restart};
 
 /// The driver's User-Agent (its requests are not counted as anyone's cost).
 const DRIVER: &str = "habitat-bench/driver";
@@ -40,6 +41,8 @@ struct Args {
     resync: Duration,
     floor: bool,
     required_floor: bool,
+    /// Habitats of the warm-up (at most N; 0: none).
+    warm_up: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         resync: Duration::from_secs(60),
         floor: true,
         required_floor: true,
+        warm_up: 100,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -82,12 +86,17 @@ fn parse_args() -> Result<Args, String> {
             }
             "--no-floor" => args.floor = false,
             "--no-required-floor" => args.required_floor = false,
+            "--warm-up" => {
+                args.warm_up = value("--warm-up")?
+                    .parse()
+                    .map_err(|e| format!("--warm-up: {e}"))?
+            }
             n => match n.parse() {
                 Ok(n) if n > 0 => args.sizes.push(n),
                 _ => {
                     return Err(format!(
                         "unknown argument {n:?}: usage: scale [--ground sandbox|real|both]... \
-                         [--workers W] [--resync-seconds S] [--no-floor] [--no-required-floor] N..."
+                         [--workers W] [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] N..."
                     ))
                 }
             },
@@ -107,12 +116,22 @@ fn timeout(n: usize) -> Duration {
     Duration::from_secs(180 + 2 * n as u64)
 }
 
-/// The floor `kind` on `ground`: its time to every status written, and its writes.
-async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<(f64, u64), String> {
+/// What one floor measured.
+struct FloorRun {
+    /// From the first create until every status was written.
+    secs: f64,
+    writes: u64,
+    /// The cores other processes kept busy meanwhile.
+    others: Option<f64>,
+}
+
+/// The floor `kind` on `ground`.
+async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<FloorRun, String> {
     let driver = ground.client(DRIVER).await?;
     let client = ground.client(kind.agent()).await?;
     let ns = kind.namespace();
     ground.create_namespace(&driver, ns).await?;
+    let before = machine::Sample::now();
     let took = floor::run(
         kind,
         &driver,
@@ -123,6 +142,9 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<(f
         timeout(n),
     )
     .await?;
+    let others = before
+        .zip(machine::Sample::now())
+        .map(|(a, b)| a.others_until(&b));
     let counts = ground.requests(kind.agent()).await?;
     let writes = Breakdown::between(&Default::default(), &counts).writes;
     // The required floor's finalizers would hold its namespace (the driver's writes).
@@ -151,7 +173,11 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<(f
             ))
         }
     }
-    Ok((took.as_secs_f64(), writes))
+    Ok(FloorRun {
+        secs: took.as_secs_f64(),
+        writes,
+        others,
+    })
 }
 
 /// The operator on `ground`.
@@ -166,25 +192,47 @@ async fn measure(kind: Kind, args: &Args, n: usize) -> Result<Measurement, Strin
 }
 
 async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measurement, String> {
+    // A fresh server is slow at first: at N = 100 on the real ground the run that came first
+    // took 9.1 to 13.7 s, the plain floor after the required floor 7.8 to 9.1 s
+    // (docs/performance.md, thirteenth pass). The plain floor's work, at most 100 Habitats of
+    // it by default, warms the server before anything is measured, so that no measured run
+    // pays for being first.
+    let warm_up = if args.warm_up > 0 {
+        let w = args.warm_up.min(n);
+        let run = floor(ground, Floor::WarmUp, args, w).await?;
+        eprintln!(
+            "{}: warm-up with {w} Habitats: {:.2} s",
+            ground.kind.name(),
+            run.secs
+        );
+        Some((w, run))
+    } else {
+        None
+    };
     // The required floor first: the plain floor keeps its place just before the operator, as
     // in the earlier passes. A run on a server that already ran one is a few percent slower
     // (docs/performance.md), so the order favours the required floor, not the operator.
-    let (required_s, required_writes) = if args.floor && args.required_floor {
-        let (s, w) = floor(ground, Floor::Required, args, n).await?;
+    let required = if args.floor && args.required_floor {
+        let run = floor(ground, Floor::Required, args, n).await?;
         eprintln!(
-            "{}: required floor for N = {n}: {s:.2} s",
-            ground.kind.name()
+            "{}: required floor for N = {n}: {:.2} s",
+            ground.kind.name(),
+            run.secs
         );
-        (Some(s), Some(w))
+        Some(run)
     } else {
-        (None, None)
+        None
     };
-    let (floor_s, floor_writes) = if args.floor {
-        let (s, w) = floor(ground, Floor::Plain, args, n).await?;
-        eprintln!("{}: floor for N = {n}: {s:.2} s", ground.kind.name());
-        (Some(s), Some(w))
+    let plain = if args.floor {
+        let run = floor(ground, Floor::Plain, args, n).await?;
+        eprintln!(
+            "{}: floor for N = {n}: {:.2} s",
+            ground.kind.name(),
+            run.secs
+        );
+        Some(run)
     } else {
-        (None, None)
+        None
     };
 
     let driver = ground.client(DRIVER).await?;
@@ -215,6 +263,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     let agent = format!("({identity})");
 
     let start = Instant::now();
+    let before = machine::Sample::now();
     let waiter = {
         let driver = driver.clone();
         tokio::spawn(async move { workload::wait_ready(&driver, ns, n, start, timeout(n)).await })
@@ -224,6 +273,9 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
+    let others = before
+        .zip(machine::Sample::now())
+        .map(|(a, b)| a.others_until(&b));
     op.check_running()?;
     let (cpu_to_ready, _) = op.usage()?;
     let metrics = op.metrics().await?;
@@ -236,20 +288,14 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     op.check_running()?;
     let at_end = ground.requests(&agent).await?;
     let (cpu, rss) = op.usage()?;
+    drop(op);
+    let restart = restart(ground, args, ns, &identity, n, logs.path()).await?;
 
     let (pods, leader_groups) = workload::totals(n);
     let name = "habitat_operator_reconcile_duration_seconds";
     let buckets = prometheus::buckets(&metrics, name);
     let q = |q: f64| prometheus::quantile(&buckets, q).map(|s| s * 1000.0);
-    let reconciles = ["success", "error"]
-        .iter()
-        .map(|r| {
-            prometheus::value(
-                &metrics,
-                &format!("habitat_operator_reconciles_total{{result=\"{r}\"}}"),
-            )
-        })
-        .sum();
+    let reconciles = reconciles_total(&metrics);
     Ok(Measurement {
         ground: ground.kind.name(),
         n,
@@ -257,10 +303,18 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         leader_groups,
         workers: args.workers,
         time_to_ready_s: to_ready.as_secs_f64(),
-        floor_s,
-        floor_writes,
-        required_s,
-        required_writes,
+        floor_s: plain.as_ref().map(|r| r.secs),
+        floor_writes: plain.as_ref().map(|r| r.writes),
+        required_s: required.as_ref().map(|r| r.secs),
+        required_writes: required.as_ref().map(|r| r.writes),
+        warm_up: warm_up.as_ref().map(|(w, r)| (*w, r.secs)),
+        restart,
+        others: Others {
+            warm_up: warm_up.and_then(|(_, r)| r.others),
+            required_floor: required.and_then(|r| r.others),
+            floor: plain.and_then(|r| r.others),
+            operator: others,
+        },
         requests: Breakdown::between(&Default::default(), &at_ready),
         quiet: Breakdown::between(&at_ready, &at_end),
         quiet_seconds: quiet_for.as_secs_f64(),
@@ -269,6 +323,64 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         cpu_s_to_ready: cpu_to_ready,
         reconciles,
         reconcile_ms: [q(0.5), q(0.9), q(0.99)],
+    })
+}
+
+/// Reconciles so far, by the operator's `/metrics`.
+fn reconciles_total(metrics: &str) -> f64 {
+    ["success", "error"]
+        .iter()
+        .map(|r| {
+            prometheus::value(
+                metrics,
+                &format!("habitat_operator_reconciles_total{{result=\"{r}\"}}"),
+            )
+        })
+        .sum()
+}
+
+/// The operator started again over the `n` settled Habitats of `ns`, as after an upgrade: its
+/// caches fill from whole lists instead of object by object, and every Habitat is reconciled
+/// once. Measured until it has reconciled `n` times: its peak RSS, how long that took from its
+/// caches' sync, and its writes (none are due).
+async fn restart(
+    ground: &Ground,
+    args: &Args,
+    ns: &str,
+    identity: &str,
+    n: usize,
+    logs: &std::path::Path,
+) -> Result<Restart, String> {
+    let identity = format!("{identity}-restart");
+    let op = operator::Operator::start(
+        &ground.operator_kubeconfig,
+        ns,
+        &identity,
+        args.workers,
+        args.resync,
+        &logs.join("restart.log"),
+    )
+    .await?;
+    let began = Instant::now();
+    while reconciles_total(&op.metrics().await?) < n as f64 {
+        if began.elapsed() > timeout(n) {
+            return Err(format!(
+                "the restarted operator did not reconcile every Habitat in {:?}:\n{}",
+                timeout(n),
+                op.log_tail()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let settled_s = began.elapsed().as_secs_f64();
+    // Writes a reconcile made are received by now; the Events that would trail them too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let requests = ground.requests(&format!("({identity})")).await?;
+    let (_, peak_rss_mib) = op.usage()?;
+    Ok(Restart {
+        settled_s,
+        peak_rss_mib,
+        requests: Breakdown::between(&Default::default(), &requests),
     })
 }
 

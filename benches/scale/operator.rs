@@ -176,7 +176,7 @@ impl Operator {
 }
 
 /// The kernel's clock ticks per second (`getconf CLK_TCK`, 100 on Linux unless told otherwise).
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")

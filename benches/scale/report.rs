@@ -82,6 +82,25 @@ pub fn round(v: f64, digits: i32) -> f64 {
     (v * f).round() / f
 }
 
+/// The cores that processes other than the benchmark's kept busy, on average, during each run
+/// (`machine::Sample`): a run made beside other work is slower, whoever it measures.
+#[derive(Default)]
+pub struct Others {
+    pub warm_up: Option<f64>,
+    pub required_floor: Option<f64>,
+    pub floor: Option<f64>,
+    pub operator: Option<f64>,
+}
+
+/// The operator restarted over the settled Habitats (`restart` in main.rs).
+pub struct Restart {
+    /// From its caches' sync until it had reconciled every Habitat once.
+    pub settled_s: f64,
+    pub peak_rss_mib: f64,
+    /// Its requests, from its start until then.
+    pub requests: Breakdown,
+}
+
 /// Everything measured for one (ground, N).
 pub struct Measurement {
     pub ground: &'static str,
@@ -95,6 +114,11 @@ pub struct Measurement {
     /// The required floor's time and writes (`floor::Floor::Required`).
     pub required_s: Option<f64>,
     pub required_writes: Option<u64>,
+    /// The warm-up before the floors: its Habitats and its time (not compared).
+    pub warm_up: Option<(usize, f64)>,
+    /// The cores other processes on the machine kept busy during each run.
+    pub others: Others,
+    pub restart: Restart,
     pub requests: Breakdown,
     pub quiet: Breakdown,
     pub quiet_seconds: f64,
@@ -139,6 +163,14 @@ impl Measurement {
             "time_ratio": self.time_ratio().map(|v| round(v, 3)),
             "required_floor_s": self.required_s.map(|v| round(v, 2)),
             "time_ratio_required": self.time_ratio_required().map(|v| round(v, 3)),
+            "warm_up_habitats": self.warm_up.map(|(w, _)| w),
+            "warm_up_s": self.warm_up.map(|(_, s)| round(s, 2)),
+            "other_processes_cores": {
+                "warm_up": self.others.warm_up.map(|v| round(v, 2)),
+                "required_floor": self.others.required_floor.map(|v| round(v, 2)),
+                "floor": self.others.floor.map(|v| round(v, 2)),
+                "operator": self.others.operator.map(|v| round(v, 2)),
+            },
             "required_floor_writes_per_habitat": self.required_writes.map(|w| round(w as f64 / n as f64, 2)),
             "requests_per_habitat": {
                 "total": round(self.requests.total as f64 / n as f64, 2),
@@ -159,6 +191,13 @@ impl Measurement {
             "cpu_s_to_ready": round(self.cpu_s_to_ready, 2),
             "cpu_ms_per_habitat": round(self.cpu_s_to_ready * 1000.0 / n as f64, 2),
             "reconciles_per_habitat": round(self.reconciles / n as f64, 2),
+            "restart": {
+                "settled_s": round(self.restart.settled_s, 2),
+                "peak_rss_mib": round(self.restart.peak_rss_mib, 1),
+                "writes": self.restart.requests.writes,
+                "events": self.restart.requests.events,
+                "requests_by_verb": self.restart.requests.by_verb,
+            },
             "reconcile_p50_ms": ms(self.reconcile_ms[0]),
             "reconcile_p90_ms": ms(self.reconcile_ms[1]),
             "reconcile_p99_ms": ms(self.reconcile_ms[2]),
@@ -176,6 +215,12 @@ impl Measurement {
             "time to all Ready",
             format!("{:.2} s", self.time_to_ready_s),
         );
+        if let Some((w, s)) = self.warm_up {
+            row(
+                "warm-up (plain client, not compared)",
+                format!("{w} Habitats, {s:.2} s"),
+            );
+        }
         match self.floor_s {
             Some(f) => {
                 row("floor (plain client)", format!("{f:.2} s"));
@@ -190,6 +235,17 @@ impl Measurement {
                 format!("{:.2}", self.time_to_ready_s / f),
             );
         }
+        let cores = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        row(
+            "other processes' cores (busy)",
+            format!(
+                "warm-up {}, required floor {}, floor {}, operator {}",
+                cores(self.others.warm_up),
+                cores(self.others.required_floor),
+                cores(self.others.floor),
+                cores(self.others.operator)
+            ),
+        );
         row(
             "requests per Habitat",
             format!("{:.2}", self.requests.total as f64 / n as f64),
@@ -235,6 +291,17 @@ impl Measurement {
             ),
         );
         row("operator peak RSS", format!("{:.1} MiB", self.peak_rss_mib));
+        row(
+            "restarted: peak RSS, to settled",
+            format!(
+                "{:.1} MiB, {:.2} s ({} writes, {} Events, {} requests)",
+                self.restart.peak_rss_mib,
+                self.restart.settled_s,
+                self.restart.requests.writes,
+                self.restart.requests.events,
+                self.restart.requests.total
+            ),
+        );
         row(
             "operator CPU",
             format!(

@@ -1,0 +1,109 @@
+//! The machine around a run: how much CPU went to processes other than the benchmark's own (the
+//! benchmark with its simulated nodes, the control plane it started, the operator), so that a
+//! run made beside a build says so. On this project's shared 2-core machine that was the
+//! largest source of difference between days (docs/performance.md, fourteenth pass).
+
+use crate::operator::clock_ticks;
+
+/// CPU time so far, in seconds: the whole machine's busy time and this process tree's.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    busy: f64,
+    own: f64,
+    at: std::time::Instant,
+}
+
+impl Sample {
+    /// Now; `None` where /proc cannot say.
+    pub fn now() -> Option<Sample> {
+        Some(Sample {
+            busy: machine_busy()?,
+            own: tree_cpu(std::process::id())?,
+            at: std::time::Instant::now(),
+        })
+    }
+
+    /// The cores that other processes kept busy on average from `self` until `later`.
+    pub fn others_until(&self, later: &Sample) -> f64 {
+        let secs = later.at.duration_since(self.at).as_secs_f64();
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        let others = (later.busy - self.busy) - (later.own - self.own);
+        (others / secs).max(0.0)
+    }
+}
+
+/// The machine's busy CPU seconds, all cores (`/proc/stat`: everything but idle and iowait).
+fn machine_busy() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is within user).
+    let busy: f64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    Some(busy / clock_ticks())
+}
+
+/// CPU seconds of `root` and its descendants, the reaped ones included (their time is in their
+/// parent's `cutime` and `cstime`).
+fn tree_cpu(root: u32) -> Option<f64> {
+    let mut parent_and_ticks = vec![];
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command name (in parentheses): state, ppid, ... utime is the 12th field
+        // from there, stime, cutime and cstime follow.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let ppid = fields
+            .get(1)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0);
+        parent_and_ticks.push((pid, ppid, field(11) + field(12) + field(13) + field(14)));
+    }
+    let mut tree = std::collections::HashSet::from([root]);
+    // Parents before children is not guaranteed by /proc's order: grow until nothing joins.
+    loop {
+        let before = tree.len();
+        for (pid, ppid, _) in &parent_and_ticks {
+            if tree.contains(ppid) {
+                tree.insert(*pid);
+            }
+        }
+        if tree.len() == before {
+            break;
+        }
+    }
+    let ticks: f64 = parent_and_ticks
+        .iter()
+        .filter(|(pid, _, _)| tree.contains(pid))
+        .map(|(_, _, t)| t)
+        .sum();
+    Some(ticks / clock_ticks())
+}
