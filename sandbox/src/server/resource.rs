@@ -339,7 +339,19 @@ fn bind(
 
 fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(r, None)?;
+    let page = Page::of(r)?;
     let inner = app.store.lock();
+    // Paged as a real server pages it (a table, as kubectl asks for, is served whole).
+    if let (Some(limit), false) = (page.limit, r.wants_table()) {
+        let after = page.after.as_ref().map(|(n, m)| (n.as_str(), m.as_str()));
+        let (items, next) = inner.select_page(rt, ns, &labels, &fields, after, limit);
+        // Every page carries the first page's resourceVersion, as a real server's does (it
+        // serves them all from that snapshot; the sandbox serves the pages from its present
+        // state, and a watch from that version replays what changed in between).
+        let rv = page.rv.unwrap_or(inner.rv);
+        let token = next.map(|(namespace, name)| Page::token(rv, &namespace, &name));
+        return Ok(list_response(rt, rv, token.as_deref(), &items));
+    }
     let items = inner.select(rt, ns, &labels, &fields);
     if r.wants_table() {
         let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
@@ -352,12 +364,73 @@ fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Respo
             &table::build(&inner, rt, &items, inner.rv, inc),
         ));
     }
-    Ok(list_response(rt, inner.rv, &items))
+    Ok(list_response(rt, inner.rv, None, &items))
+}
+
+/// A list's paging: `limit` (0 or absent: the whole list) and the `continue` token of the page
+/// before, which holds the list's resourceVersion and the last object's namespace and name.
+struct Page {
+    limit: Option<usize>,
+    after: Option<(String, String)>,
+    rv: Option<u64>,
+}
+
+impl Page {
+    fn of(r: &Req) -> Result<Page, ApiError> {
+        let limit = match r.query.get("limit").map(|l| l.parse::<i64>()) {
+            None => None,
+            Some(Ok(l)) if l > 0 => Some(l as usize),
+            Some(Ok(_)) => None,
+            Some(Err(_)) => {
+                return Err(ApiError::bad_request(format!(
+                    "limit: Invalid value: {:?}: must be an integer",
+                    r.query.get("limit").cloned().unwrap_or_default()
+                )))
+            }
+        };
+        let Some(token) = r.query.get("continue").filter(|t| !t.is_empty()) else {
+            return Ok(Page {
+                limit,
+                after: None,
+                rv: None,
+            });
+        };
+        let invalid =
+            |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|e| invalid(&e.to_string()))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(&e.to_string()))?;
+        let (Some(rv), Some(namespace), Some(name)) = (
+            v["rv"].as_u64(),
+            v["namespace"].as_str(),
+            v["name"].as_str(),
+        ) else {
+            return Err(invalid("incorrect encoded start resourceVersion"));
+        };
+        Ok(Page {
+            limit,
+            after: Some((namespace.to_string(), name.to_string())),
+            rv: Some(rv),
+        })
+    }
+
+    fn token(rv: u64, namespace: &str, name: &str) -> String {
+        use base64::Engine as _;
+        let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "namespace": namespace, "name": name});
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    }
 }
 
 /// The JSON of a list, written from the (borrowed) items without building a copy of them.
 /// The keys are in the order serde_json writes an object's.
-fn list_response(rt: &ResourceType, rv: u64, items: &[std::borrow::Cow<'_, Value>]) -> Response {
+fn list_response(
+    rt: &ResourceType,
+    rv: u64,
+    continue_token: Option<&str>,
+    items: &[std::borrow::Cow<'_, Value>],
+) -> Response {
     let text = |s: &str| Value::String(s.into()).to_string();
     let mut body = format!("{{\"apiVersion\":{},\"items\":[", text(&rt.api_version()));
     for (i, item) in items.iter().enumerate() {
@@ -366,8 +439,11 @@ fn list_response(rt: &ResourceType, rv: u64, items: &[std::borrow::Cow<'_, Value
         }
         body.push_str(&item.to_string());
     }
+    let more = continue_token
+        .map(|t| format!("\"continue\":{},", text(t)))
+        .unwrap_or_default();
     body.push_str(&format!(
-        "],\"kind\":{},\"metadata\":{{\"resourceVersion\":{}}}}}",
+        "],\"kind\":{},\"metadata\":{{{more}\"resourceVersion\":{}}}}}",
         text(&rt.list_kind()),
         text(&rv.to_string())
     ));

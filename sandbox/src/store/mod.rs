@@ -371,6 +371,57 @@ impl Inner {
         }
     }
 
+    /// One page of [`select`](Self::select), as a real server pages a list (`limit` and
+    /// `continue`): at most `limit` matching objects after `after` (a namespace and name), in key
+    /// order, and the position of the last one when more match after it. Starts at `after`, so a
+    /// page costs what it holds (and the objects its selectors skip), not the whole list.
+    pub fn select_page<'s>(
+        &'s self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> (Vec<Cow<'s, Value>>, Option<(String, String)>) {
+        use std::ops::Bound;
+        let start = match after {
+            Some((namespace, name)) => Bound::Excluded(ObjKey {
+                storage: rt.storage.clone(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            None => Bound::Included(ObjKey {
+                storage: rt.storage.clone(),
+                namespace: ns.unwrap_or_default().to_string(),
+                name: String::new(),
+            }),
+        };
+        let converted = rt.is_event() && rt.group == "events.k8s.io";
+        let mut page = vec![];
+        let mut last: Option<&ObjKey> = None;
+        for (k, o) in self
+            .objects
+            .range((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.storage == rt.storage && ns.is_none_or(|n| k.namespace == n))
+        {
+            if !converted && !labels.matches(o) {
+                continue;
+            }
+            let v = self.view_ref(rt, o);
+            if !(labels.matches(&v) && fields.matches(&v)) {
+                continue;
+            }
+            if page.len() == limit {
+                let next = last.map(|k| (k.namespace.clone(), k.name.clone()));
+                return (page, next);
+            }
+            page.push(v);
+            last = Some(k);
+        }
+        (page, None)
+    }
+
     /// Every stored object (for garbage collection sweeps).
     pub fn all_objects(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
         self.objects.iter().map(|(k, o)| (k, &**o))
