@@ -54,6 +54,33 @@ fn machine_busy() -> Option<f64> {
     Some(busy / clock_ticks())
 }
 
+/// The parent and the CPU clock ticks of a process, from its `/proc/PID/stat`.
+pub struct StatTicks {
+    pub ppid: u32,
+    pub utime: f64,
+    pub stime: f64,
+    /// Of its reaped children.
+    pub cutime: f64,
+    pub cstime: f64,
+}
+
+impl StatTicks {
+    pub fn parse(stat: &str) -> Option<StatTicks> {
+        // After the command name (in parentheses): state, ppid, ... utime is the 12th field
+        // from there; stime, cutime and cstime follow.
+        let (_, rest) = stat.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+        Some(StatTicks {
+            ppid: fields.get(1)?.parse().ok()?,
+            utime: field(11)?,
+            stime: field(12)?,
+            cutime: field(13)?,
+            cstime: field(14)?,
+        })
+    }
+}
+
 /// CPU seconds of `root` and its descendants, the reaped ones included (their time is in their
 /// parent's `cutime` and `cstime`).
 fn tree_cpu(root: u32) -> Option<f64> {
@@ -69,23 +96,10 @@ fn tree_cpu(root: u32) -> Option<f64> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        // After the command name (in parentheses): state, ppid, ... utime is the 12th field
-        // from there, stime, cutime and cstime follow.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
+        let Some(t) = StatTicks::parse(&stat) else {
             continue;
         };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        let ppid = fields
-            .get(1)
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0);
-        parent_and_ticks.push((pid, ppid, field(11) + field(12) + field(13) + field(14)));
+        parent_and_ticks.push((pid, t.ppid, t.utime + t.stime + t.cutime + t.cstime));
     }
     let mut tree = std::collections::HashSet::from([root]);
     // Parents before children is not guaranteed by /proc's order: grow until nothing joins.

@@ -153,17 +153,9 @@ impl Operator {
         let pid = self.child.id();
         let stat =
             std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-        // Fields after the command name, which is in parentheses: state is the first; utime and
-        // stime are the 14th and 15th fields of the line, in clock ticks.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let tick = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        let cpu = (tick(11) + tick(12)) / clock_ticks();
+        let ticks = crate::machine::StatTicks::parse(&stat)
+            .ok_or_else(|| format!("/proc/{pid}/stat: cannot read {stat:?}"))?;
+        let cpu = (ticks.utime + ticks.stime) / clock_ticks();
         let status =
             std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
         let hwm_kib = status
