@@ -338,15 +338,7 @@ impl Inner {
             .iter()
             .find(|(path, eq, _)| *eq && path == "metadata.name")
             .map(|(_, _, name)| name.as_str());
-        let keep = |o: &'s Value| -> Option<Cow<'s, Value>> {
-            // The view only sets apiVersion and kind (labels stay), except for events.k8s.io.
-            let converted = rt.is_event() && rt.group == "events.k8s.io";
-            if !converted && !labels.matches(o) {
-                return None;
-            }
-            let v = self.view_ref(rt, o);
-            (labels.matches(&v) && fields.matches(&v)).then_some(v)
-        };
+        let keep = |o: &'s Value| self.selected(rt, labels, fields, o);
         match (named, ns.is_some() || !rt.namespaced) {
             (Some(name), true) => self
                 .objects
@@ -369,6 +361,23 @@ impl Inner {
                     .collect()
             }
         }
+    }
+
+    /// `o` as served by `rt` when it matches both selectors; labels are matched before it is
+    /// copied (the view only sets apiVersion and kind, labels stay, except for events.k8s.io).
+    fn selected<'s>(
+        &'s self,
+        rt: &ResourceType,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        o: &'s Value,
+    ) -> Option<Cow<'s, Value>> {
+        let converted = rt.is_event() && rt.group == "events.k8s.io";
+        if !converted && !labels.matches(o) {
+            return None;
+        }
+        let v = self.view_ref(rt, o);
+        (labels.matches(&v) && fields.matches(&v)).then_some(v)
     }
 
     /// One page of [`select`](Self::select), as a real server pages a list (`limit` and
@@ -397,7 +406,6 @@ impl Inner {
                 name: String::new(),
             }),
         };
-        let converted = rt.is_event() && rt.group == "events.k8s.io";
         let mut page = vec![];
         let mut last: Option<&ObjKey> = None;
         for (k, o) in self
@@ -405,13 +413,9 @@ impl Inner {
             .range((start, Bound::Unbounded))
             .take_while(|(k, _)| k.storage == rt.storage && ns.is_none_or(|n| k.namespace == n))
         {
-            if !converted && !labels.matches(o) {
+            let Some(v) = self.selected(rt, labels, fields, o) else {
                 continue;
-            }
-            let v = self.view_ref(rt, o);
-            if !(labels.matches(&v) && fields.matches(&v)) {
-                continue;
-            }
+            };
             if page.len() == limit {
                 let next = last.map(|k| (k.namespace.clone(), k.name.clone()));
                 return (page, next);
