@@ -25,7 +25,7 @@ use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::{error_policy, reconcile};
-use crate::runtime::triggers::{Triggers, Wake};
+use crate::runtime::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
 /// of its time waiting on the API server, one request after another (the finalizer, each child,
@@ -79,11 +79,12 @@ where
 /// 89 MiB (docs/performance.md, fourteenth pass). More pages cost a few more lists at start.
 const LIST_PAGE: u32 = 100;
 
-type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<K, watcher::Error>> + Send>>;
+type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Arc<K>> + Send>>;
 
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
 /// `indexed` sees every event after the store applied it (the secondary indexes); `wake` says
-/// which updates are triggers ([`Triggers`]).
+/// which updates are triggers ([`Triggers`]). The triggers are the cache's own objects (shared,
+/// not copied): at the end of a list, every object in the cache.
 fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -102,6 +103,7 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    let reader = store.clone();
     let stream = watcher(api, config.page_size(LIST_PAGE))
         .inspect_err(|e| {
             tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff")
@@ -122,13 +124,24 @@ where
         .scan(Triggers::new(wake), |triggers, event| {
             futures::future::ready(Some(triggers.after(event)))
         })
-        .flat_map(futures::stream::iter);
+        .flat_map(move |woken| {
+            let objects = match woken {
+                None => vec![],
+                // The store's object when it holds this one (an update), else this one (a
+                // deletion).
+                Some(Woken::Object(o)) => vec![reader
+                    .get(&ObjectRef::from_obj(&o))
+                    .unwrap_or_else(|| Arc::new(o))],
+                Some(Woken::All) => reader.state(),
+            };
+            futures::stream::iter(objects.into_iter().map(Ok::<_, watcher::Error>))
+        });
     (store, forward(stream))
 }
 
 /// Runs `stream` (a watch) in a task of its own and hands on the objects it touched.
-fn forward<K: Send + 'static>(
-    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+fn forward<K: Send + Sync + 'static>(
+    stream: impl futures::Stream<Item = Result<Arc<K>, watcher::Error>> + Send + 'static,
 ) -> Trigger<K> {
     // The watch runs in a task of its own and hands the touched objects over a channel. Polled
     // by the Controller instead, a watch was polled only when the Controller took a new trigger:
@@ -155,7 +168,7 @@ fn forward<K: Send + 'static>(
         }
     });
     let rx = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|object| (Ok(object), rx))
+        rx.recv().await.map(|object| (object, rx))
     });
     Box::pin(rx)
 }
@@ -363,7 +376,7 @@ pub async fn run(
         move |e| habitats_index.habitat_event(e),
         Wake::Changed(echoes.clone()),
     );
-    let controller = Controller::for_stream(habitat_stream, habitat_store.clone());
+    let controller = Controller::for_shared_stream(habitat_stream, habitat_store.clone());
     let _ = habitats.set(habitat_store.clone());
     let by_secret = index.clone();
     let by_pod = (habitat_store.clone(), index.clone());
@@ -420,12 +433,14 @@ pub async fn run(
     });
 
     controller
-        .owns_stream(sts)
-        .owns_stream(cms)
-        .owns_stream(svcs)
-        .owns_stream(pdbs)
-        .watches_stream(pods, move |p: Pod| pod_watchers(&by_pod.0, &by_pod.1, &p))
-        .watches_stream(secrets, move |s: PartialObjectMeta<Secret>| {
+        .owns_shared_stream(sts)
+        .owns_shared_stream(cms)
+        .owns_shared_stream(svcs)
+        .owns_shared_stream(pdbs)
+        .watches_shared_stream(pods, move |p: Arc<Pod>| {
+            pod_watchers(&by_pod.0, &by_pod.1, &p)
+        })
+        .watches_shared_stream(secrets, move |s: Arc<PartialObjectMeta<Secret>>| {
             referencing(&by_secret, &s)
         })
         .reconcile_all_on(futures::stream::unfold(api_back, |n| async move {
@@ -585,12 +600,9 @@ mod tests {
         }))
         .expect("a pod");
         slim_pod(&mut bound);
-        assert_eq!(
-            triggers
-                .after(Ok(watcher::Event::Apply(bound.clone())))
-                .len(),
-            1
-        );
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(bound.clone())))
+            .is_some());
         let mut scheduled: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "redis-0", "uid": "u", "resourceVersion": "2"},
             "spec": {"containers": [{"name": "habitat"}], "nodeName": "sandbox-node"},
@@ -599,7 +611,7 @@ mod tests {
         slim_pod(&mut scheduled);
         assert!(triggers
             .after(Ok(watcher::Event::Apply(scheduled)))
-            .is_empty());
+            .is_none());
     }
 
     #[test]
@@ -626,18 +638,15 @@ mod tests {
         assert_eq!(status.update_revision.as_deref(), Some("redis-1"));
         assert!(status.available_replicas.is_none() && status.current_revision.is_none());
         let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
-        assert_eq!(triggers.after(Ok(watcher::Event::Apply(three))).len(), 1);
+        assert!(triggers.after(Ok(watcher::Event::Apply(three))).is_some());
         // Only availableReplicas moved: nothing the reconciler reads.
         assert!(triggers
             .after(Ok(watcher::Event::Apply(sts("2", 3, 3))))
-            .is_empty());
+            .is_none());
         // A pod stopped being ready: the rollout is not done any more.
-        assert_eq!(
-            triggers
-                .after(Ok(watcher::Event::Apply(sts("3", 2, 2))))
-                .len(),
-            1
-        );
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(sts("3", 2, 2))))
+            .is_some());
     }
 
     #[tokio::test]
@@ -655,10 +664,10 @@ mod tests {
             writer.apply_watcher_event(&event);
         }
         let errors = (0..5).map(|_| Err(watcher::Error::NoResourceVersion));
-        let stream =
-            futures::stream::iter(errors.chain([Ok(cm)])).chain(futures::stream::pending());
+        let stream = futures::stream::iter(errors.chain([Ok(Arc::new(cm))]))
+            .chain(futures::stream::pending());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let controller = Controller::for_stream(forward(stream), store).run(
+        let controller = Controller::for_shared_stream(forward(stream), store).run(
             |cm: Arc<ConfigMap>, tx: Arc<tokio::sync::mpsc::UnboundedSender<String>>| async move {
                 let _ = tx.send(cm.name_any());
                 Ok::<_, kube::Error>(Action::await_change())
