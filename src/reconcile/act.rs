@@ -26,6 +26,7 @@ use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
 use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
+use crate::reconcile::slim::Slim;
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);
@@ -169,8 +170,8 @@ pub async fn act(
 /// The reason of the Event that tells a leader group's new leader.
 pub const LEADER_CHANGED: &str = "LeaderChanged";
 
-/// Applies `desired` over `seen`, the snapshot's copy, which then holds the server's answer;
-/// `recent` remembers the write until the cache shows it.
+/// Applies `desired` over `seen`, the snapshot's copy, which then holds the server's answer as
+/// the cache would keep it ([`Slim`]); `recent` remembers the write until the cache shows it.
 async fn apply_over<K>(
     ctx: &Context,
     recent: &Recent<K>,
@@ -182,9 +183,11 @@ where
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
+        + Slim,
 {
-    let written = apply(&ctx.client, desired).await?;
+    let mut written = apply(&ctx.client, desired).await?;
+    written.slim();
     recent.record(seen.as_ref(), &written);
     ctx.echoes.wrote(&written);
     *seen = Some(written);

@@ -23,6 +23,7 @@ pub mod requeue;
 pub mod ring;
 pub mod rollout;
 pub mod secrets;
+pub mod slim;
 pub mod status;
 
 use std::sync::Arc;

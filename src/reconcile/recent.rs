@@ -21,8 +21,10 @@ use kube::{Resource, ResourceExt};
 /// far behind is better answered by a repeated (idempotent) apply.
 pub const TTL: Duration = Duration::from_secs(5);
 
-/// Entries kept before expired ones are swept.
-const SWEEP_AT: usize = 1024;
+/// How often expired entries are swept. Most are never asked for again (the echo of a write
+/// wakes no reconcile), so only a sweep forgets them: swept when 1,024 had piled up, a kind's
+/// map held nearly every write at N = 1000.
+const SWEEP_EVERY: Duration = TTL;
 
 struct Entry<K> {
     written: K,
@@ -33,13 +35,21 @@ struct Entry<K> {
 
 /// Recent writes of one kind, by (namespace, name).
 pub struct Recent<K> {
-    entries: Mutex<HashMap<(String, String), Entry<K>>>,
+    entries: Mutex<Entries<K>>,
+}
+
+struct Entries<K> {
+    by_name: HashMap<(String, String), Entry<K>>,
+    swept: Instant,
 }
 
 impl<K> Default for Recent<K> {
     fn default() -> Self {
         Recent {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                by_name: HashMap::new(),
+                swept: Instant::now(),
+            }),
         }
     }
 }
@@ -48,19 +58,26 @@ impl<K: Resource + Clone> Recent<K> {
     /// Remembers `written`, the server's answer to a write made over `before` (the copy the
     /// reconcile saw; None when there was none).
     pub fn record(&self, before: Option<&K>, written: &K) {
+        self.record_at(before, written, Instant::now());
+    }
+
+    fn record_at(&self, before: Option<&K>, written: &K, now: Instant) {
         let Some(namespace) = written.namespace() else {
             return;
         };
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= SWEEP_AT {
-            entries.retain(|_, e| e.at.elapsed() < TTL);
+        if now.saturating_duration_since(entries.swept) >= SWEEP_EVERY {
+            entries
+                .by_name
+                .retain(|_, e| now.saturating_duration_since(e.at) < TTL);
+            entries.swept = now;
         }
-        entries.insert(
+        entries.by_name.insert(
             (namespace, written.name_any()),
             Entry {
                 written: written.clone(),
                 replaced: before.and_then(|b| b.resource_version()),
-                at: Instant::now(),
+                at: now,
             },
         );
     }
@@ -68,7 +85,11 @@ impl<K: Resource + Clone> Recent<K> {
     /// `cached`, the cache's copy of `namespace/name`, or the object this process wrote over it
     /// when the cache has not caught up with that write yet.
     pub fn fresher(&self, namespace: &str, name: &str, cached: Option<K>) -> Option<K> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = &mut self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_name;
         // Observing asks for every child of every reconcile; most find nothing remembered.
         if entries.is_empty() {
             return cached;
@@ -95,7 +116,11 @@ impl<K: Resource + Clone> Recent<K> {
 
     /// How many writes are remembered.
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_name
+            .len()
     }
 
     /// Whether no write is remembered.
@@ -182,6 +207,23 @@ mod tests {
         );
         let recent = Recent::<ConfigMap>::default();
         recent.record(Some(&cm("5", "")), &cm("9", "10.0.0.1"));
+        assert!(recent.fresher("ns", "web-peer", None).is_none());
+    }
+
+    #[test]
+    fn writes_never_asked_for_again_are_forgotten_after_the_ttl() {
+        // The echo of a write wakes no reconcile, so most entries are never looked up again.
+        let recent = Recent::<ConfigMap>::default();
+        let start = Instant::now();
+        recent.record_at(None, &cm("9", ""), start);
+        let mut other = cm("10", "");
+        other.metadata.name = Some("db-peer".into());
+        recent.record_at(None, &other, start + TTL / 2);
+        assert_eq!(recent.len(), 2, "both within the TTL");
+        let mut third = cm("11", "");
+        third.metadata.name = Some("cache-peer".into());
+        recent.record_at(None, &third, start + TTL + TTL / 4);
+        assert_eq!(recent.len(), 2, "the first expired and was swept");
         assert!(recent.fresher("ns", "web-peer", None).is_none());
     }
 }

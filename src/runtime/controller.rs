@@ -24,6 +24,7 @@ use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
+use crate::reconcile::slim::{drop_managed_fields, slim_pod, slim_statefulset};
 use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
 
@@ -243,56 +244,6 @@ impl WatchRetry {
             }
             Err(_) => self.backoff.next(),
         }
-    }
-}
-
-fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
-}
-
-/// Pods as the reconciler reads them: metadata and the status's phase, addresses and Ready
-/// condition. The spec (containers, volumes, environment: most of a pod), the containers'
-/// statuses (images, image digests, states; a kubelet writes them for every container) and the
-/// other conditions are never read from the cache, so they are not kept (as controller-runtime's
-/// cache transforms do). At N = 1000 the pods' specs were the largest part of the operator's
-/// heap. What is not kept does not wake a Habitat either ([`Triggers`]): a pod's binding to its
-/// node changes only its spec.
-pub fn slim_pod(p: &mut Pod) {
-    drop_managed_fields(p);
-    p.spec = None;
-    if let Some(status) = p.status.take() {
-        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
-            phase: status.phase,
-            pod_ip: status.pod_ip,
-            pod_ips: status.pod_ips,
-            conditions: status
-                .conditions
-                .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
-            ..Default::default()
-        });
-    }
-}
-
-/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), the spec
-/// without its pod template and claim templates, which the operator writes but never reads back
-/// (it compares fingerprints), and the status fields that say how far a rollout is
-/// (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of the others
-/// (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no Habitat.
-pub fn slim_statefulset(s: &mut StatefulSet) {
-    drop_managed_fields(s);
-    if let Some(spec) = s.spec.as_mut() {
-        spec.template = Default::default();
-        spec.volume_claim_templates = None;
-    }
-    if let Some(status) = s.status.take() {
-        s.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
-            observed_generation: status.observed_generation,
-            replicas: status.replicas,
-            ready_replicas: status.ready_replicas,
-            updated_replicas: status.updated_replicas,
-            update_revision: status.update_revision,
-            ..Default::default()
-        });
     }
 }
 

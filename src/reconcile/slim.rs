@@ -1,0 +1,99 @@
+//! What the operator keeps of the objects it reads: the parts the reconciler reads, in the
+//! caches (each watch's transform, as controller-runtime's cache transforms do) and in the
+//! memory of its own writes ([`crate::reconcile::recent`]), which answers for the cache until
+//! the watch delivers the write. Both keep the same slim copy: the server's answer to a write
+//! carries the whole object (a StatefulSet's pod template, every object's managedFields), and
+//! kept whole, the writes of the last few seconds were a quarter of the operator's heap at
+//! N = 1000 (heaptrack, docs/performance.md, fifteenth pass).
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+/// A kind the operator keeps slim.
+pub trait Slim {
+    /// Drops what the reconciler never reads.
+    fn slim(&mut self);
+}
+
+impl Slim for Pod {
+    fn slim(&mut self) {
+        slim_pod(self)
+    }
+}
+
+impl Slim for StatefulSet {
+    fn slim(&mut self) {
+        slim_statefulset(self)
+    }
+}
+
+impl Slim for ConfigMap {
+    fn slim(&mut self) {
+        drop_managed_fields(self)
+    }
+}
+
+impl Slim for Service {
+    fn slim(&mut self) {
+        drop_managed_fields(self)
+    }
+}
+
+impl Slim for PodDisruptionBudget {
+    fn slim(&mut self) {
+        drop_managed_fields(self)
+    }
+}
+
+/// Any kind: everything but the field managers' records (`managedFields`), which the reconciler
+/// never reads.
+pub fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// Pods as the reconciler reads them: metadata and the status's phase, addresses and Ready
+/// condition. The spec (containers, volumes, environment: most of a pod), the containers'
+/// statuses (images, image digests, states; a kubelet writes them for every container) and the
+/// other conditions are never read from the cache, so they are not kept (as controller-runtime's
+/// cache transforms do). At N = 1000 the pods' specs were the largest part of the operator's
+/// heap. What is not kept does not wake a Habitat either (`runtime::triggers`): a pod's binding
+/// to its node changes only its spec.
+pub fn slim_pod(p: &mut Pod) {
+    drop_managed_fields(p);
+    p.spec = None;
+    if let Some(status) = p.status.take() {
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase,
+            pod_ip: status.pod_ip,
+            pod_ips: status.pod_ips,
+            conditions: status
+                .conditions
+                .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..Default::default()
+        });
+    }
+}
+
+/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), the spec
+/// without its pod template and claim templates, which the operator writes but never reads back
+/// (it compares fingerprints), and the status fields that say how far a rollout is
+/// (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of the others
+/// (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no Habitat.
+pub fn slim_statefulset(s: &mut StatefulSet) {
+    drop_managed_fields(s);
+    if let Some(spec) = s.spec.as_mut() {
+        spec.template = Default::default();
+        spec.volume_claim_templates = None;
+    }
+    if let Some(status) = s.status.take() {
+        s.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            observed_generation: status.observed_generation,
+            replicas: status.replicas,
+            ready_replicas: status.ready_replicas,
+            updated_replicas: status.updated_replicas,
+            update_revision: status.update_revision,
+            ..Default::default()
+        });
+    }
+}
