@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-/// A kind the operator keeps slim.
+/// A kind the operator keeps slim: the same transform for its cache and for its own writes.
 pub trait Slim {
     /// Drops what the reconciler never reads.
     fn slim(&mut self);
@@ -28,23 +28,18 @@ impl Slim for StatefulSet {
     }
 }
 
-impl Slim for ConfigMap {
-    fn slim(&mut self) {
-        drop_managed_fields(self)
-    }
+/// Kinds of which the reconciler reads everything but the managedFields.
+macro_rules! slim_by_managed_fields {
+    ($($kind:ty),*) => {$(
+        impl Slim for $kind {
+            fn slim(&mut self) {
+                drop_managed_fields(self)
+            }
+        }
+    )*};
 }
 
-impl Slim for Service {
-    fn slim(&mut self) {
-        drop_managed_fields(self)
-    }
-}
-
-impl Slim for PodDisruptionBudget {
-    fn slim(&mut self) {
-        drop_managed_fields(self)
-    }
-}
+slim_by_managed_fields!(ConfigMap, Service, PodDisruptionBudget);
 
 /// Any kind: everything but the field managers' records (`managedFields`), which the reconciler
 /// never reads.

@@ -24,7 +24,7 @@ use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
-use crate::reconcile::slim::{drop_managed_fields, slim_pod, slim_statefulset};
+use crate::reconcile::slim::{drop_managed_fields, Slim};
 use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
 
@@ -285,28 +285,28 @@ pub async fn run(
     let (sts_store, sts) = cached(
         api::<StatefulSet>(&client, ns),
         ours.clone(),
-        slim_statefulset,
+        Slim::slim,
         |_| {},
         Wake::Changed(echoes.clone()),
     );
     let (cm_store, cms) = cached(
         api::<ConfigMap>(&client, ns),
         ours.clone(),
-        drop_managed_fields,
+        Slim::slim,
         |_| {},
         Wake::Changed(echoes.clone()),
     );
     let (svc_store, svcs) = cached(
         api::<Service>(&client, ns),
         ours.clone(),
-        drop_managed_fields,
+        Slim::slim,
         |_| {},
         Wake::Changed(echoes.clone()),
     );
     let (pdb_store, pdbs) = cached(
         api::<PodDisruptionBudget>(&client, ns),
         ours.clone(),
-        drop_managed_fields,
+        Slim::slim,
         |_| {},
         Wake::Changed(echoes.clone()),
     );
@@ -314,7 +314,7 @@ pub async fn run(
     let (pod_store, pods) = cached(
         api::<Pod>(&client, ns),
         ours,
-        slim_pod,
+        Slim::slim,
         move |e| pods_index.event(e),
         Wake::Changed(echoes.clone()),
     );
@@ -480,6 +480,7 @@ fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::slim::{slim_pod, slim_statefulset};
     use kube::runtime::controller::Action;
 
     #[test]
