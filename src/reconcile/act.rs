@@ -126,7 +126,7 @@ pub async fn act(
             let mislabelled = &desired.mislabelled;
             // The label lands on a pod without it exactly when a new member leads: another pod,
             // or the same pod name after its pod was replaced (a new supervisor).
-            let new_leader = mislabelled.iter().any(|(_, should)| *should);
+            let mut new_leader = false;
             for (name, should) in mislabelled.iter().cloned() {
                 let value = if should {
                     json!("true")
@@ -134,15 +134,28 @@ pub async fn act(
                     serde_json::Value::Null
                 };
                 let patch = json!({"metadata": {"labels": {LABEL_LEADER: value}}});
-                let updated = api
+                let updated = match api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|source| Error::Apply {
-                        action: "label",
-                        kind: "Pod".into(),
-                        name: name.clone(),
-                        source,
-                    })?;
+                {
+                    Ok(updated) => updated,
+                    // Deleted since the cache showed it (its namespace going, a node lost): this
+                    // pass goes on without it (not asked again), and its deletion's watch event
+                    // wakes the Habitat again.
+                    Err(e) if crate::error::is_not_found(&e) => {
+                        snap.pods.retain(|p| p.name_any() != name);
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(Error::Apply {
+                            action: "label",
+                            kind: "Pod".into(),
+                            name: name.clone(),
+                            source,
+                        })
+                    }
+                };
+                new_leader |= should;
                 ctx.echoes.wrote(&updated);
                 if let Some(slot) = snap.pods.iter_mut().find(|p| p.name_any() == name) {
                     *slot = updated;

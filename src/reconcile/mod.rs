@@ -897,6 +897,43 @@ mod tests {
         sandbox.shutdown().await;
     }
 
+    /// The pod to label as leader was deleted after the cache showed it (its namespace going: a
+    /// CI run of `tests/e2e.rs` logged "cannot label Pod example-leader-2: NotFound"). The step
+    /// goes on without it, quietly: no error, no LeaderChanged Event, and the pass does not ask
+    /// for it again.
+    #[tokio::test]
+    async fn labelling_a_pod_deleted_meanwhile_is_no_failure() {
+        let (sandbox, client) = sandbox_with_crd().await;
+        let (_, h) = habitat_in(&client, "gone-pod", None).await;
+        let ctx = context(client);
+        let mut snap = observe::observe(&h, &ctx.stores, &Default::default(), None);
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        pod.metadata.name = Some("redis-0".into());
+        pod.metadata.namespace = Some("gone-pod".into());
+        snap.pods.push(pod);
+        let desired = decide::Desired {
+            fingerprints: None,
+            workload: None,
+            peers: vec![],
+            mislabelled: vec![("redis-0".into(), true)],
+            replacement: None,
+        };
+        let mut notes = vec![];
+        let result = act(
+            Step::PublishLeader,
+            &h,
+            &ctx,
+            &mut snap,
+            &desired,
+            &mut notes,
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert!(snap.pods.is_empty(), "the pass forgets the deleted pod");
+        assert!(notes.is_empty(), "no leader change is told: {notes:?}");
+        sandbox.shutdown().await;
+    }
+
     /// The sandbox sheds load (429 with Retry-After: 1, as kube-apiserver's priority and
     /// fairness does): the failed reconcile is requeued after at least that second, although
     /// the object's backoff would have retried after 0.25 to 0.75 s.
