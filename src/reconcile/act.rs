@@ -158,7 +158,9 @@ pub async fn act(
                 new_leader |= should;
                 ctx.echoes.wrote(&updated);
                 if let Some(slot) = snap.pods.iter_mut().find(|p| p.name_any() == name) {
+                    // As the cache keeps it, like every object in the snapshot.
                     *slot = updated;
+                    slot.slim();
                 }
             }
             if new_leader {
