@@ -341,8 +341,8 @@ fn reconciles_total(metrics: &str) -> f64 {
 
 /// The operator started again over the `n` settled Habitats of `ns`, as after an upgrade: its
 /// caches fill from whole lists instead of object by object, and every Habitat is reconciled
-/// once. Measured until it has reconciled `n` times: its peak RSS, how long that took from its
-/// caches' sync, and its writes (none are due).
+/// once. Measured until it has reconciled `n` times: its peak RSS, how long its caches took to
+/// sync, how long the reconciles took from then, and its writes (none are due).
 async fn restart(
     ground: &Ground,
     args: &Args,
@@ -378,6 +378,7 @@ async fn restart(
     let requests = ground.requests(&format!("({identity})")).await?;
     let (_, peak_rss_mib) = op.usage()?;
     Ok(Restart {
+        synced_s: op.synced_in.as_secs_f64(),
         settled_s,
         peak_rss_mib,
         requests: Breakdown::between(&Default::default(), &requests),

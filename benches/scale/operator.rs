@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 /// A running operator process, killed on drop.
 pub struct Operator {
+    /// From its start until its caches synced (`/readyz` 200), to 0.1 s.
+    pub synced_in: Duration,
     child: Child,
     metrics_addr: String,
     log: std::path::PathBuf,
@@ -90,6 +92,7 @@ impl Operator {
             .spawn()
             .map_err(|e| format!("starting the operator binary: {e}"))?;
         let mut op = Operator {
+            synced_in: Duration::ZERO,
             child,
             metrics_addr,
             log: log.to_path_buf(),
@@ -101,6 +104,7 @@ impl Operator {
                 .await
                 .map_err(|e| e.to_string())?;
             if matches!(ready, Ok((200, _))) {
+                op.synced_in = began.elapsed();
                 return Ok(op);
             }
             if let Ok(Some(status)) = op.child.try_wait() {

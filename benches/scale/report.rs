@@ -94,6 +94,8 @@ pub struct Others {
 
 /// The operator restarted over the settled Habitats (`restart` in main.rs).
 pub struct Restart {
+    /// From its start until its caches synced (their first lists).
+    pub synced_s: f64,
     /// From its caches' sync until it had reconciled every Habitat once.
     pub settled_s: f64,
     pub peak_rss_mib: f64,
@@ -192,6 +194,7 @@ impl Measurement {
             "cpu_ms_per_habitat": round(self.cpu_s_to_ready * 1000.0 / n as f64, 2),
             "reconciles_per_habitat": round(self.reconciles / n as f64, 2),
             "restart": {
+                "synced_s": round(self.restart.synced_s, 1),
                 "settled_s": round(self.restart.settled_s, 2),
                 "peak_rss_mib": round(self.restart.peak_rss_mib, 1),
                 "writes": self.restart.requests.writes,
@@ -292,10 +295,11 @@ impl Measurement {
         );
         row("operator peak RSS", format!("{:.1} MiB", self.peak_rss_mib));
         row(
-            "restarted: peak RSS, to settled",
+            "restarted: peak RSS, synced, settled",
             format!(
-                "{:.1} MiB, {:.2} s ({} writes, {} Events, {} requests)",
+                "{:.1} MiB, {:.1} s, {:.2} s ({} writes, {} Events, {} requests)",
                 self.restart.peak_rss_mib,
+                self.restart.synced_s,
                 self.restart.settled_s,
                 self.restart.requests.writes,
                 self.restart.requests.events,
