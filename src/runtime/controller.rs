@@ -131,11 +131,12 @@ where
 
 /// The caches' first lists, one cache at a time. Listed all at once, the seven caches each
 /// decoded a page (its objects whole, managedFields included, before they are slimmed) at the
-/// same moment: on a restart over 100 settled Habitats the operator peaked at 25 MiB against 17
-/// once settled (docs/performance.md, sixteenth pass). Later relists (after a watch expired or
-/// failed) take no turn.
+/// same moment: on a restart over 100 settled Habitats the operator peaked at 24 to 25 MiB
+/// against 17 once settled, 19 in turn with pages of 50 (docs/performance.md, sixteenth pass).
+/// Later relists (after a watch expired or failed) take no turn; a list that fails hands the
+/// turn on, so a kind the operator may not list holds no other cache back.
 #[derive(Clone)]
-pub(crate) struct ListTurns(Arc<tokio::sync::Semaphore>);
+struct ListTurns(Arc<tokio::sync::Semaphore>);
 
 impl Default for ListTurns {
     fn default() -> Self {
