@@ -89,7 +89,8 @@ type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Arc<K>> + Send>>;
 /// A cache of `K` fed by a watch, and the stream of touched objects that drives it.
 /// `indexed` sees every event after the store applied it (the secondary indexes); `wake` says
 /// which updates are triggers ([`Triggers`]). The triggers are the cache's own objects (shared,
-/// not copied): at the end of a list, every object in the cache.
+/// not copied): at the end of a list, every object in the cache. Its first list waits for its
+/// turn among the caches (`turns`).
 fn cached<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -673,7 +674,7 @@ mod tests {
         // restart's peak RSS at N = 100 was 24 to 25 MiB, 19 since (docs/performance.md).
         let turns = ListTurns::default();
         let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        // A watch that counts its first poll (its list request) and then lists `a`.
+        // A watch that counts its first poll (its list request), then yields `then`.
         let watch = |then: Vec<Result<watcher::Event<ConfigMap>, watcher::Error>>| {
             let polled = polled.clone();
             futures::stream::once(async move {
