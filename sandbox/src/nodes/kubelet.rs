@@ -7,10 +7,11 @@ use crate::meta;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,6 +88,13 @@ impl IpPool {
         }
     }
 
+    /// Release the IP of pod `uid`, if it has one.
+    pub fn release(&mut self, uid: &str) {
+        if let Some(ip) = self.used.remove(uid) {
+            self.taken.remove(&ip);
+        }
+    }
+
     /// Release the IP of every pod not in `live`.
     pub fn retain(&mut self, live: &HashSet<&str>) {
         let taken = &mut self.taken;
@@ -123,9 +131,15 @@ enum Action {
 /// write, the status.
 pub struct Planned(Vec<(Arc<Pod>, Action, Option<Value>)>);
 
-/// Kubelet state.
+/// Kubelet state: the client it acts through and the [`Planner`] that decides.
 pub struct Kubelet {
     client: Client,
+    planner: Planner,
+}
+
+/// What the kubelet remembers between passes, and the planning itself (no requests): kept apart
+/// from the client so that a plan can be tested without an API server.
+pub struct Planner {
     delay: Duration,
     hub: Option<Arc<Hub>>,
     ips: IpPool,
@@ -134,6 +148,15 @@ pub struct Kubelet {
     /// The resourceVersion each pod had when the kubelet last wrote it: until the watch shows a
     /// newer one, the kubelet would only repeat itself.
     acted: HashMap<String, String>,
+    /// Where each pod seen lives, by uid: a pod named by uid (waiting, retried, or its
+    /// supervisor's health moved) is read from the cache through it.
+    refs: HashMap<String, ObjectRef<Pod>>,
+    /// Pods bound to the node that wait for the start delay: looked at on every pass until they
+    /// start, changed or not (the clock moves them).
+    waiting: BTreeSet<String>,
+    /// Pods whose last request failed: looked at again on the next pass (no watch event will
+    /// name them).
+    retry: BTreeSet<String>,
 }
 
 fn condition(t: &str, ok: bool, since: &str) -> Value {
@@ -205,11 +228,51 @@ impl Kubelet {
     pub fn new(client: Client, delay: Duration, hub: Option<Arc<Hub>>) -> Self {
         Kubelet {
             client,
+            planner: Planner::new(delay, hub),
+        }
+    }
+
+    /// The kubelet's planning state.
+    pub fn planner(&mut self) -> &mut Planner {
+        &mut self.planner
+    }
+
+    /// Sends the planned requests, [`CONCURRENCY`] at a time, and remembers what each acted on.
+    pub async fn act(&mut self, Planned(work): Planned) {
+        let client = &self.client;
+        let done: Vec<(String, Option<String>)> = futures::stream::iter(work)
+            .map(|(pod, action, status)| async move {
+                let uid = pod.uid().unwrap_or_default();
+                let result = act(client, &pod, &action, status).await;
+                if let Err(e) = &result {
+                    tracing::debug!(
+                        "kubelet: {:?} {}/{}: {e}",
+                        action,
+                        pod.namespace().unwrap_or_default(),
+                        pod.name_any()
+                    );
+                }
+                (uid, result.ok().and(pod.resource_version()))
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        self.planner.record(done);
+    }
+}
+
+impl Planner {
+    /// A planner that starts pods `delay` after they are bound, ready as `hub`'s supervisors say.
+    pub fn new(delay: Duration, hub: Option<Arc<Hub>>) -> Self {
+        Planner {
             delay,
             hub,
             ips: IpPool::new(),
             scheduled: HashMap::new(),
             acted: HashMap::new(),
+            refs: HashMap::new(),
+            waiting: BTreeSet::new(),
+            retry: BTreeSet::new(),
         }
     }
 
@@ -222,7 +285,8 @@ impl Kubelet {
         }
     }
 
-    /// What to do for `pod` now, if anything.
+    /// What to do for `pod` now, if anything. A pod that waits for the start delay is noted in
+    /// `waiting`.
     fn action(&mut self, pod: &Pod) -> Option<Action> {
         let uid = pod.metadata.uid.as_deref()?;
         let node = pod
@@ -250,7 +314,14 @@ impl Kubelet {
                 .or_insert_with(Instant::now),
         };
         match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            None | Some("Pending") => (since.elapsed() >= self.delay).then_some(Action::Start),
+            None | Some("Pending") => {
+                if since.elapsed() >= self.delay {
+                    Some(Action::Start)
+                } else {
+                    self.waiting.insert(uid.to_string());
+                    None
+                }
+            }
             Some("Running") => {
                 let ready = self.ready(pod);
                 (pod_is_ready(pod) != ready).then_some(Action::SetReady(ready))
@@ -259,8 +330,34 @@ impl Kubelet {
         }
     }
 
+    /// Adds `pod`'s action, if it has one, to `work`.
+    fn consider(&mut self, pod: &Arc<Pod>, work: &mut Vec<(Arc<Pod>, Action, Option<Value>)>) {
+        if let Some(action) = self.action(pod) {
+            let status = match action {
+                Action::Start => {
+                    let ip = self.ips.allocate(&pod.uid().unwrap_or_default());
+                    Some(self.started_status(pod, ip))
+                }
+                Action::SetReady(ready) => Some(readiness_status(pod, ready)),
+                _ => None,
+            };
+            work.push((pod.clone(), action, status));
+        }
+    }
+
+    /// Forgets a pod that is gone.
+    fn forget(&mut self, uid: &str) {
+        self.ips.release(uid);
+        self.scheduled.remove(uid);
+        self.acted.remove(uid);
+        self.refs.remove(uid);
+        self.waiting.remove(uid);
+        self.retry.remove(uid);
+    }
+
     /// One pass over every pod the nodes see, without a request: each pod with something to do
-    /// gets one action, which [`Kubelet::act`] sends.
+    /// gets one action, which [`Kubelet::act`] sends. After a relist, when any pod may have
+    /// changed.
     pub fn plan(&mut self, pods: &[Arc<Pod>]) -> Planned {
         let live: HashSet<&str> = pods
             .iter()
@@ -269,48 +366,80 @@ impl Kubelet {
         self.ips.retain(&live);
         self.scheduled.retain(|uid, _| live.contains(uid.as_str()));
         self.acted.retain(|uid, _| live.contains(uid.as_str()));
+        self.refs = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.clone()?, ObjectRef::from_obj(p.as_ref()))))
+            .collect();
+        self.waiting.clear();
+        self.retry.clear();
         let mut work = Vec::new();
         for pod in pods {
-            if let Some(action) = self.action(pod) {
-                let status = match action {
-                    Action::Start => {
-                        let ip = self.ips.allocate(&pod.uid().unwrap_or_default());
-                        Some(self.started_status(pod, ip))
-                    }
-                    Action::SetReady(ready) => Some(readiness_status(pod, ready)),
-                    _ => None,
-                };
-                work.push((pod.clone(), action, status));
+            self.consider(pod, &mut work);
+        }
+        Planned(work)
+    }
+
+    /// A pass over the pods that may have something to do, without a request: those that
+    /// changed since the last pass (`changed`, by uid, each as it is now; `None`: deleted),
+    /// those waiting for the start delay, those whose last request failed, and those whose
+    /// supervisor's health moved (`health_moved`, by uid: readiness follows the supervisor, not
+    /// the pod). Each is read from `pods`, the cache, as it is now. A pass so costs what
+    /// changed, not every pod: at N = 5000 the whole-world pass was a quarter of the sandbox's
+    /// CPU (docs/performance.md, seventeenth pass).
+    pub fn plan_changed(
+        &mut self,
+        pods: &Store<Pod>,
+        changed: &[(String, Option<Arc<Value>>)],
+        health_moved: &[String],
+    ) -> Planned {
+        let mut look = std::mem::take(&mut self.waiting);
+        look.append(&mut self.retry);
+        for (uid, pod) in changed {
+            match pod.as_deref().and_then(object_ref) {
+                Some(r) => {
+                    self.refs.insert(uid.clone(), r);
+                    look.insert(uid.clone());
+                }
+                None => {
+                    self.forget(uid);
+                    look.remove(uid);
+                }
+            }
+        }
+        look.extend(
+            health_moved
+                .iter()
+                .filter(|uid| self.refs.contains_key(*uid))
+                .cloned(),
+        );
+        let mut work = Vec::new();
+        for uid in &look {
+            let pod = self.refs.get(uid).and_then(|r| pods.get(r));
+            match pod {
+                // The cache may hold a newer pod of the same name: its own change names it.
+                Some(pod) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => {
+                    self.consider(&pod, &mut work)
+                }
+                _ => {}
             }
         }
         Planned(work)
     }
 
-    /// Sends the planned requests, [`CONCURRENCY`] at a time, and remembers what each acted on.
-    pub async fn act(&mut self, Planned(work): Planned) {
-        let client = &self.client;
-        let done: Vec<(String, Option<String>)> = futures::stream::iter(work)
-            .map(|(pod, action, status)| async move {
-                let uid = pod.uid().unwrap_or_default();
-                let result = act(client, &pod, &action, status).await;
-                if let Err(e) = &result {
-                    tracing::debug!(
-                        "kubelet: {:?} {}/{}: {e}",
-                        action,
-                        pod.namespace().unwrap_or_default(),
-                        pod.name_any()
-                    );
-                }
-                (uid, result.ok().and(pod.resource_version()))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+    /// Remembers what each request acted on (`Some(resourceVersion)`), or that it failed.
+    fn record(&mut self, done: Vec<(String, Option<String>)>) {
         for (uid, rv) in done {
             match rv {
-                Some(rv) => self.acted.insert(uid, rv),
-                None => self.acted.remove(&uid),
-            };
+                Some(rv) => {
+                    self.acted.insert(uid, rv);
+                }
+                None => {
+                    self.acted.remove(&uid);
+                    if self.refs.contains_key(&uid) {
+                        self.retry.insert(uid);
+                    }
+                }
+            }
         }
     }
 
@@ -368,6 +497,16 @@ impl Kubelet {
         }
         status
     }
+}
+
+/// Where the pod in `pod` (as JSON) lives in the cache.
+fn object_ref(pod: &Value) -> Option<ObjectRef<Pod>> {
+    let name = meta::meta_str(pod, "name")?;
+    let r = ObjectRef::new(name);
+    Some(match meta::meta_str(pod, "namespace") {
+        Some(ns) => r.within(ns),
+        None => r,
+    })
 }
 
 /// The status of a running pod whose readiness became `ready`.
@@ -429,6 +568,7 @@ async fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::{reflector, watcher};
 
     #[test]
     fn ips_are_unique_loopback() {
@@ -457,5 +597,145 @@ mod tests {
         let pools: Vec<IpPool> = (0..20).map(|_| IpPool::new()).collect();
         let octets: HashSet<u8> = pools.iter().map(|p| p.octet).collect();
         assert_eq!(octets.len(), pools.len());
+    }
+
+    fn pod(name: &str, uid: &str, rv: &str, node: Option<&str>, status: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
+            "status": status,
+        }))
+        .expect("a pod")
+    }
+
+    fn running(ready: bool) -> Value {
+        json!({"phase": "Running", "podIP": "127.9.0.2",
+            "conditions": [condition("Ready", ready, "2026-12-04T00:00:00Z")]})
+    }
+
+    /// A cache holding `pods`, and each as a change (uid, JSON) of the nodes' mirror.
+    fn cache(pods: &[Pod]) -> (Store<Pod>, reflector::store::Writer<Pod>) {
+        let (store, mut writer) = reflector::store();
+        for p in pods {
+            writer.apply_watcher_event(&watcher::Event::Apply(p.clone()));
+        }
+        (store, writer)
+    }
+
+    fn change(p: &Pod) -> (String, Option<Arc<Value>>) {
+        let json = serde_json::to_value(p).expect("json");
+        (p.uid().expect("uid"), Some(Arc::new(json)))
+    }
+
+    fn actions(Planned(work): &Planned) -> Vec<(String, Action)> {
+        work.iter()
+            .map(|(p, a, _)| (p.name_any(), a.clone()))
+            .collect()
+    }
+
+    /// A pass after the first looks at what changed, what waits for the clock, what failed and
+    /// what the supervisors moved; a pod that none of those name is not looked at, even when
+    /// the cache holds something to do for it.
+    #[test]
+    fn a_pass_looks_at_the_pods_that_moved_and_at_no_other() {
+        let delay = Duration::from_millis(100);
+        let mut planner = Planner::new(delay, None);
+        let unbound = pod("unbound", "u1", "1", None, json!({}));
+        let waiting = pod(
+            "waiting",
+            "u2",
+            "1",
+            Some(NODE_NAME),
+            json!({"phase": "Pending"}),
+        );
+        let settled = pod("settled", "u3", "1", Some(NODE_NAME), running(true));
+        let elsewhere = pod("elsewhere", "u4", "1", Some("other-node"), json!({}));
+        let (store, mut writer) =
+            cache(&[unbound.clone(), waiting.clone(), settled.clone(), elsewhere]);
+        let first = planner.plan(&store.state());
+        assert_eq!(actions(&first), [("unbound".to_string(), Action::Bind)]);
+        planner.record(vec![("u1".into(), unbound.resource_version())]);
+
+        // Nothing changed: the waiting pod is looked at again, and still waits.
+        assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
+        assert!(planner.waiting.contains("u2"));
+        std::thread::sleep(delay);
+        let started = planner.plan_changed(&store, &[], &[]);
+        assert_eq!(actions(&started), [("waiting".to_string(), Action::Start)]);
+        planner.record(vec![("u2".into(), waiting.resource_version())]);
+        assert!(planner.waiting.is_empty());
+
+        // The settled pod's readiness is wrong in the cache, but nothing names it.
+        let unready = pod("settled", "u3", "2", Some(NODE_NAME), running(false));
+        writer.apply_watcher_event(&watcher::Event::Apply(unready.clone()));
+        assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
+        // Its supervisor's health moved: looked at.
+        let moved = planner.plan_changed(&store, &[], &["u3".to_string()]);
+        assert_eq!(
+            actions(&moved),
+            [("settled".to_string(), Action::SetReady(true))]
+        );
+        // The request failed: looked at again on the next pass, without a change.
+        planner.record(vec![("u3".into(), None)]);
+        let retried = planner.plan_changed(&store, &[], &[]);
+        assert_eq!(
+            actions(&retried),
+            [("settled".to_string(), Action::SetReady(true))]
+        );
+        planner.record(vec![("u3".into(), unready.resource_version())]);
+        assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
+
+        // A changed pod is looked at as the cache holds it now.
+        let bound = pod(
+            "unbound",
+            "u1",
+            "2",
+            Some(NODE_NAME),
+            json!({"phase": "Pending"}),
+        );
+        writer.apply_watcher_event(&watcher::Event::Apply(bound.clone()));
+        assert!(actions(&planner.plan_changed(&store, &[change(&bound)], &[])).is_empty());
+        assert!(planner.waiting.contains("u1"), "it waits for the delay");
+    }
+
+    /// A deleted pod is forgotten: its IP goes back to the pool and nothing of it is looked at
+    /// again. A pod of the same name with another uid is looked at under its own uid only.
+    #[test]
+    fn a_deleted_pod_is_forgotten_and_its_successor_is_its_own_pod() {
+        let mut planner = Planner::new(Duration::ZERO, None);
+        let old = pod(
+            "web-0",
+            "old",
+            "1",
+            Some(NODE_NAME),
+            json!({"phase": "Pending"}),
+        );
+        let (store, mut writer) = cache(std::slice::from_ref(&old));
+        assert_eq!(
+            actions(&planner.plan(&store.state())),
+            [("web-0".to_string(), Action::Start)]
+        );
+        assert!(planner.ips.used.contains_key("old"));
+        planner.record(vec![("old".into(), None)]);
+        assert!(planner.retry.contains("old"));
+
+        let new = pod("web-0", "new", "3", None, json!({}));
+        writer.apply_watcher_event(&watcher::Event::Delete(old.clone()));
+        writer.apply_watcher_event(&watcher::Event::Apply(new.clone()));
+        // The old pod's change arrives with the cache already holding its successor.
+        let planned = planner.plan_changed(&store, &[change(&old)], &[]);
+        assert!(
+            actions(&planned).is_empty(),
+            "the successor is not the old pod"
+        );
+        let planned = planner.plan_changed(
+            &store,
+            &[("old".into(), None), change(&new)],
+            &["old".into()],
+        );
+        assert_eq!(actions(&planned), [("web-0".to_string(), Action::Bind)]);
+        assert!(!planner.ips.used.contains_key("old"));
+        assert!(!planner.refs.contains_key("old") && !planner.retry.contains("old"));
+        assert!(!planner.scheduled.contains_key("old"));
     }
 }

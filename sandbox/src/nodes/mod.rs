@@ -342,20 +342,31 @@ impl Nodes {
             loop {
                 let began = std::time::Instant::now();
                 let now = version.load(Ordering::Relaxed);
+                // The pods changed since the last step (`None`: relisted, any may have).
+                let changed = if seen == Some(now) {
+                    Some(Vec::new())
+                } else {
+                    pod_json.take_changed()
+                };
+                let mut health_moved = Vec::new();
                 if let Some(hub) = &loop_hub {
                     if seen == Some(now) {
                         hub.step(None);
                     } else {
-                        let changed = pod_json.take_changed();
                         let (p, c) = (pod_json.values(), cm_json.values());
-                        match changed {
-                            Some(changed) => hub.step_changed((&p, &c), &changed),
+                        match &changed {
+                            Some(changed) => hub.step_changed((&p, &c), changed),
                             None => hub.step(Some((&p, &c))),
                         }
                     }
+                    health_moved = hub.take_health_moved();
                 }
                 seen = Some(now);
-                let planned = kubelet.plan(&pods.state());
+                let planner = kubelet.planner();
+                let planned = match &changed {
+                    Some(changed) => planner.plan_changed(&pods, changed, &health_moved),
+                    None => planner.plan(&pods.state()),
+                };
                 // The pace follows the step's own work, not the kubelet's requests' round trips.
                 let pause = pause_after(began.elapsed());
                 kubelet.act(planned).await;

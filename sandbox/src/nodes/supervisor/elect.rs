@@ -92,6 +92,7 @@ fn run(st: &mut State) {
         members,
         groups,
         index,
+        health_moved,
         ..
     } = &mut *st;
     for (key, ids) in index.iter() {
@@ -150,6 +151,9 @@ fn run(st: &mut State) {
     }
     for id in finished {
         if let Some(m) = members.get_mut(id).filter(|m| m.health == Health::Alive) {
+            if !m.started {
+                health_moved.push(m.pod_uid.clone());
+            }
             m.started = true;
         }
     }

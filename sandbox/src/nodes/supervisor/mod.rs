@@ -218,6 +218,9 @@ struct State {
     /// member id), as last seen: tried again on every pass, changed or not.
     refused: HashMap<String, Arc<Value>>,
     listeners: HashMap<String, JoinHandle<()>>,
+    /// Pods whose health check may answer otherwise than when [`Hub::take_health_moved`] last
+    /// asked: the kubelet's readiness follows them without the pod changing.
+    health_moved: Vec<String>,
 }
 
 /// What the nodes observed: every pod, and every ConfigMap (for the peer files).
@@ -338,6 +341,7 @@ impl State {
             l.abort();
         }
         if let Some(id) = self.by_pod.remove(uid) {
+            self.health_moved.push(uid.to_string());
             if let Some(m) = self.members.get_mut(&id) {
                 if m.health == Health::Alive {
                     m.health = Health::Confirmed;
@@ -368,6 +372,7 @@ impl State {
             Some(old) if old.health == Health::Alive => None,
             // The same member again (its id survived): Alive at its new address, in its ring.
             Some(old) => {
+                self.health_moved.push(m.pod_uid.clone());
                 old.pod = m.pod;
                 old.pod_uid = m.pod_uid;
                 old.ip = m.ip;
@@ -520,6 +525,11 @@ impl Hub {
     pub fn healthy(&self, pod_uid: &str) -> bool {
         Self::member_of(&self.state(), pod_uid)
             .is_some_and(|m| m.health == Health::Alive && m.started)
+    }
+
+    /// The pods whose health check may have changed its answer since the last call, by uid.
+    pub fn take_health_moved(&self) -> Vec<String> {
+        std::mem::take(&mut self.state().health_moved)
     }
 
     /// The pod's supervisor's `--strategy`.

@@ -633,3 +633,45 @@ async fn a_pass_over_the_changed_pods_tracks_members_as_a_full_pass_does() {
     );
     assert_eq!(census_of(&hub, "u3").2, 2);
 }
+
+/// The kubelet's readiness follows the health check without the pod changing, so every change
+/// of a health check's answer must be reported by [`Hub::take_health_moved`]: an election that
+/// starts the services, and a pod that stops.
+#[tokio::test]
+async fn every_change_of_a_health_checks_answer_is_reported() {
+    let hub = Arc::new(Hub::default());
+    let ips = ["127.250.2.2", "127.250.2.3", "127.250.2.4"];
+    let uids = ["h0", "h1", "h2"];
+    let cms = peer_file(ips[0]);
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| pod(&format!("redis-{i}"), uids[i], ips[i], json!({}), json!([])))
+        .collect();
+    let answers = |hub: &Hub| -> Vec<bool> { uids.iter().map(|u| hub.healthy(u)).collect() };
+    // Each step: the answers that changed are among the reported uids.
+    let check = |hub: &Arc<Hub>, before: Vec<bool>| -> Vec<String> {
+        let moved = hub.take_health_moved();
+        for (i, (was, is)) in before.iter().zip(answers(hub)).enumerate() {
+            if *was != is {
+                assert!(moved.contains(&uids[i].to_string()), "{moved:?}");
+            }
+        }
+        moved
+    };
+    let before = answers(&hub);
+    hub.step(Some((&pods, &cms)));
+    check(&hub, before);
+    std::thread::sleep(ELECTION_DURATION + Duration::from_millis(10));
+    let before = answers(&hub);
+    hub.step(None);
+    let mut moved = check(&hub, before);
+    moved.sort();
+    assert_eq!(moved, uids, "the election started every service");
+    assert_eq!(answers(&hub), [true, true, true]);
+    assert!(hub.take_health_moved().is_empty(), "taken once");
+    // redis-2 is deleted.
+    let before = answers(&hub);
+    hub.step(Some((&pods[..2], &cms)));
+    assert_eq!(check(&hub, before), ["h2"]);
+    assert_eq!(answers(&hub), [true, true, false]);
+    hub.shutdown();
+}
