@@ -395,10 +395,12 @@ impl Planner {
         let mut look = std::mem::take(&mut self.waiting);
         look.append(&mut self.retry);
         for (uid, pod) in changed {
-            match pod.as_deref().and_then(object_ref) {
-                Some(r) => {
-                    self.refs.insert(uid.clone(), r);
-                    look.insert(uid.clone());
+            match pod {
+                Some(pod) => {
+                    if let Some(r) = object_ref(pod) {
+                        self.refs.insert(uid.clone(), r);
+                        look.insert(uid.clone());
+                    }
                 }
                 None => {
                     self.forget(uid);
@@ -613,7 +615,7 @@ mod tests {
             "conditions": [condition("Ready", ready, "2026-12-04T00:00:00Z")]})
     }
 
-    /// A cache holding `pods`, and each as a change (uid, JSON) of the nodes' mirror.
+    /// A cache holding `pods`, and its writer to change them.
     fn cache(pods: &[Pod]) -> (Store<Pod>, reflector::store::Writer<Pod>) {
         let (store, mut writer) = reflector::store();
         for p in pods {
@@ -622,6 +624,7 @@ mod tests {
         (store, writer)
     }
 
+    /// `p` as the nodes' pod mirror names a change: its uid, and it as JSON.
     fn change(p: &Pod) -> (String, Option<Arc<Value>>) {
         let json = serde_json::to_value(p).expect("json");
         (p.uid().expect("uid"), Some(Arc::new(json)))
