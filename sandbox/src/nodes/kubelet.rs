@@ -610,6 +610,10 @@ mod tests {
         .expect("a pod")
     }
 
+    fn pending() -> Value {
+        json!({"phase": "Pending"})
+    }
+
     fn running(ready: bool) -> Value {
         json!({"phase": "Running", "podIP": "127.9.0.2",
             "conditions": [condition("Ready", ready, "2026-12-04T00:00:00Z")]})
@@ -644,13 +648,7 @@ mod tests {
         let delay = Duration::from_millis(100);
         let mut planner = Planner::new(delay, None);
         let unbound = pod("unbound", "u1", "1", None, json!({}));
-        let waiting = pod(
-            "waiting",
-            "u2",
-            "1",
-            Some(NODE_NAME),
-            json!({"phase": "Pending"}),
-        );
+        let waiting = pod("waiting", "u2", "1", Some(NODE_NAME), pending());
         let settled = pod("settled", "u3", "1", Some(NODE_NAME), running(true));
         let elsewhere = pod("elsewhere", "u4", "1", Some("other-node"), json!({}));
         let (store, mut writer) =
@@ -689,13 +687,7 @@ mod tests {
         assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
 
         // A changed pod is looked at as the cache holds it now.
-        let bound = pod(
-            "unbound",
-            "u1",
-            "2",
-            Some(NODE_NAME),
-            json!({"phase": "Pending"}),
-        );
+        let bound = pod("unbound", "u1", "2", Some(NODE_NAME), pending());
         writer.apply_watcher_event(&watcher::Event::Apply(bound.clone()));
         assert!(actions(&planner.plan_changed(&store, &[change(&bound)], &[])).is_empty());
         assert!(planner.waiting.contains("u1"), "it waits for the delay");
@@ -706,13 +698,7 @@ mod tests {
     #[test]
     fn a_deleted_pod_is_forgotten_and_its_successor_is_its_own_pod() {
         let mut planner = Planner::new(Duration::ZERO, None);
-        let old = pod(
-            "web-0",
-            "old",
-            "1",
-            Some(NODE_NAME),
-            json!({"phase": "Pending"}),
-        );
+        let old = pod("web-0", "old", "1", Some(NODE_NAME), pending());
         let (store, mut writer) = cache(std::slice::from_ref(&old));
         assert_eq!(
             actions(&planner.plan(&store.state())),
