@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""When each Habitat's writes happened, from a real-ground audit log the scale benchmark kept.
+
+    HABITAT_BENCH_KEEP_AUDIT=DIR cargo bench --bench scale -- --ground real 1000
+    python3 benches/tools/audit_timeline.py DIR/audit-*.log
+
+For each run of the benchmark (its namespace: `warm-up`, `required-floor`, `floor`, `bench`),
+seconds from the run's first Habitat create, as quantiles over its Habitats:
+
+- `created`: the driver's create of the Habitat;
+- `finalizer`: the first patch of the Habitat itself (the operator's and the required floor's
+  finalizer);
+- `config map`, `statefulset`: the first successful write of each (a create or an apply);
+- `first pod`, `last pod`: kube-controller-manager's creates of the StatefulSet's pods;
+- `last pod status`: the simulated kubelet's last status write of one of its pods;
+- `ready`: the last write of the Habitat's status.
+
+Then three waits per Habitat (StatefulSet after the Habitat, first pod after the StatefulSet,
+Ready after the last pod status) and the latency the server measured for the writes of the
+driver and of the operator, by verb and resource (request received to response complete, ms).
+Used in docs/performance.md (eighteenth pass). Needs only python3.
+"""
+import collections
+import json
+import re
+import sys
+from datetime import datetime
+
+RUNS = ("warm-up", "required-floor", "floor", "bench")
+CLIENTS = ("habitat-operator", "habitat-bench")
+HABITAT = re.compile(r"^(bench-\d+)")
+
+
+def seconds(stamp):
+    """An audit timestamp (RFC 3339, microseconds) as seconds since the epoch."""
+    stamp = stamp.rstrip("Z")
+    if "." in stamp:
+        whole, frac = stamp.split(".")
+        stamp = whole + "." + (frac + "000000")[:6]
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def quantile(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+
+
+def read(path):
+    """Completed requests in the benchmark's namespaces, by namespace."""
+    runs = collections.defaultdict(list)
+    with open(path) as log:
+        for line in log:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("stage") != "ResponseComplete":
+                continue
+            ref = e.get("objectRef") or {}
+            if ref.get("namespace") not in RUNS:
+                continue
+            runs[ref["namespace"]].append({
+                "received": seconds(e["requestReceivedTimestamp"]),
+                "done": seconds(e["stageTimestamp"]),
+                "verb": e["verb"],
+                "resource": ref.get("resource", ""),
+                "subresource": ref.get("subresource", ""),
+                "name": ref.get("name", ""),
+                "client": e.get("userAgent", "").split("/")[0],
+                "code": (e.get("responseStatus") or {}).get("code") or 0,
+            })
+    return runs
+
+
+WRITES = ("create", "update", "patch", "apply")
+
+
+def habitats(requests):
+    """Per Habitat, the time of each milestone, from the run's first Habitat create."""
+    creates = [r["done"] for r in requests if r["resource"] == "habitats" and r["verb"] == "create"]
+    if not creates:
+        return {}
+    start = min(creates)
+    per = collections.defaultdict(dict)
+    for r in sorted(requests, key=lambda r: r["done"]):
+        m = HABITAT.match(r["name"])
+        if not m or r["code"] >= 300 or r["verb"] not in WRITES:
+            continue
+        h, t = per[m.group(1)], r["done"] - start
+        kind, sub = r["resource"], r["subresource"]
+        if kind == "habitats" and r["verb"] == "create":
+            h["created"] = t
+        elif kind == "habitats" and sub == "":
+            h.setdefault("finalizer", t)
+        elif kind == "habitats" and sub == "status":
+            h["ready"] = t
+        elif kind == "configmaps":
+            h.setdefault("config map", t)
+        elif kind == "statefulsets" and sub == "":
+            h.setdefault("statefulset", t)
+        elif kind == "pods" and r["verb"] == "create" and sub == "":
+            h.setdefault("first pod", t)
+            h["last pod"] = t
+        elif kind == "pods" and sub == "status":
+            h["last pod status"] = t
+    return per
+
+
+def waits(per, later, earlier):
+    return [h[later] - h[earlier] for h in per.values() if later in h and earlier in h]
+
+
+def main(path):
+    runs = read(path)
+    for run in RUNS:
+        per = habitats(runs.get(run, []))
+        if not per:
+            continue
+        print(f"{run}: {len(per)} Habitats, {len(runs[run])} requests in its namespace")
+        print(f"  {'seconds from the first create':32s} {'p10':>7s} {'p50':>7s} {'p90':>7s} {'max':>7s}")
+        for milestone in ("created", "finalizer", "config map", "statefulset", "first pod",
+                          "last pod", "last pod status", "ready"):
+            xs = [h[milestone] for h in per.values() if milestone in h]
+            if xs:
+                print(f"  {milestone:32s} " + " ".join(
+                    f"{quantile(xs, p):7.1f}" for p in (0.1, 0.5, 0.9)) + f" {max(xs):7.1f}")
+        for later, earlier in (("statefulset", "created"), ("first pod", "statefulset"),
+                               ("ready", "last pod status")):
+            xs = waits(per, later, earlier)
+            if xs:
+                print(f"  wait: {later} after {earlier}: p50 {quantile(xs, 0.5):.2f} s, "
+                      f"p90 {quantile(xs, 0.9):.2f} s, max {max(xs):.2f} s")
+        latency = collections.defaultdict(list)
+        for r in runs[run]:
+            if r["client"] in CLIENTS and r["verb"] in WRITES:
+                key = f"{r['client']} {r['verb']} {r['resource']}" + (
+                    f"/{r['subresource']}" if r["subresource"] else "")
+                latency[key].append(1000 * (r["done"] - r["received"]))
+        for key in sorted(latency):
+            xs = latency[key]
+            print(f"  latency {key:52s} n={len(xs):5d} p50 {quantile(xs, 0.5):6.1f} ms, "
+                  f"p90 {quantile(xs, 0.9):6.1f} ms, mean {sum(xs) / len(xs):6.1f} ms")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
