@@ -29,13 +29,16 @@ use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
-/// of its time waiting on the API server, one request after another (the finalizer, each child,
-/// the status), so the workers bound how many requests the operator has in flight. On the real
-/// ground at N = 1000 (docs/performance.md, sixth pass), to Ready: 4 workers 180 s (1.78 to
-/// 2.12 times the floor), 8 workers 129 and 150 s (63 MiB peak RSS), 16 workers 121 s (69 MiB),
-/// 32 workers 147 s (76 MiB). Memory grows with the requests in flight; 8 keeps it within the
-/// 64 MiB target at N = 1000.
-pub const DEFAULT_WORKERS: u16 = 8;
+/// of its time waiting on the API server, one request after another (the finalizer, the peer
+/// ConfigMap, the workload's children together, the status), so the workers bound how many
+/// requests the operator has in flight, and how fast the first passes of many new Habitats go
+/// out. On the real ground at N = 1000 with 8 workers the first passes were the bottleneck:
+/// the last StatefulSet was written 52 s after the first Habitat (the plain floor's after
+/// 12 s), and the last pods could not start before it; with 16, after 32 s. The time to Ready
+/// was 1.02 to 1.27 times the plain floor's in four runs with 16 against 1.13 to 1.48 in three
+/// with 8, for 51 MiB peak RSS against 48 (docs/performance.md, eighteenth pass). Earlier, 32
+/// workers were slower than 16 (sixth pass).
+pub const DEFAULT_WORKERS: u16 = 16;
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
