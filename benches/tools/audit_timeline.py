@@ -26,8 +26,12 @@ import re
 import sys
 from datetime import datetime
 
+# The benchmark's namespaces (`Floor::namespace` in benches/scale/floor.rs, and the operator's
+# run) and clients (the operator and the benchmark's driver and floors, by User-Agent).
 RUNS = ("warm-up", "required-floor", "floor", "bench")
 CLIENTS = ("habitat-operator", "habitat-bench")
+# Audit verbs that write; a server-side apply is a `patch`.
+WRITES = ("create", "update", "patch")
 HABITAT = re.compile(r"^(bench-\d+)")
 
 
@@ -70,9 +74,6 @@ def read(path):
                 "code": (e.get("responseStatus") or {}).get("code") or 0,
             })
     return runs
-
-
-WRITES = ("create", "update", "patch", "apply")
 
 
 def habitats(requests):
