@@ -111,6 +111,9 @@ pub struct Measurement {
     pub leader_groups: usize,
     pub workers: u16,
     pub time_to_ready_s: f64,
+    /// When half, and nine in ten, of the Habitats were Ready.
+    pub ready_half_s: f64,
+    pub ready_p90_s: f64,
     pub floor_s: Option<f64>,
     pub floor_writes: Option<u64>,
     /// The required floor's time and writes (`floor::Floor::Required`).
@@ -161,6 +164,8 @@ impl Measurement {
             "leader_groups": self.leader_groups,
             "workers": self.workers,
             "time_to_ready_s": round(self.time_to_ready_s, 2),
+            "half_ready_s": round(self.ready_half_s, 2),
+            "p90_ready_s": round(self.ready_p90_s, 2),
             "floor_s": self.floor_s.map(|v| round(v, 2)),
             "time_ratio": self.time_ratio().map(|v| round(v, 3)),
             "required_floor_s": self.required_s.map(|v| round(v, 2)),
@@ -217,6 +222,10 @@ impl Measurement {
         row(
             "time to all Ready",
             format!("{:.2} s", self.time_to_ready_s),
+        );
+        row(
+            "half, nine in ten Ready",
+            format!("{:.2} s, {:.2} s", self.ready_half_s, self.ready_p90_s),
         );
         if let Some((w, s)) = self.warm_up {
             row(

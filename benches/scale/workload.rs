@@ -80,14 +80,26 @@ pub fn is_ready(h: &Habitat) -> bool {
         && h.status.as_ref().and_then(|s| s.observed_generation) == h.metadata.generation
 }
 
-/// Watches the Habitats of `namespace` until `n` are Ready; returns the time since `start`.
+/// When the Habitats became Ready, as times since the run's start.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadyTimes {
+    /// Half of them were Ready.
+    pub half: Duration,
+    /// Nine in ten were.
+    pub p90: Duration,
+    /// All of them were.
+    pub all: Duration,
+}
+
+/// Watches the Habitats of `namespace` until `n` are Ready; returns when half, nine in ten and
+/// all of them were (a slow tail shows apart from a slow pace).
 pub async fn wait_ready(
     client: &Client,
     namespace: &str,
     n: usize,
     start: Instant,
     timeout: Duration,
-) -> Result<Duration, String> {
+) -> Result<ReadyTimes, String> {
     let api: Api<Habitat> = Api::namespaced(client.clone(), namespace);
     let mut ready = BTreeSet::new();
     let events = watcher(api, watcher::Config::default())
@@ -95,6 +107,7 @@ pub async fn wait_ready(
         .applied_objects();
     futures::pin_mut!(events);
     let until = tokio::time::Instant::from_std(start + timeout);
+    let (mut half, mut p90) = (None, None);
     loop {
         let next = tokio::time::timeout_at(until, events.try_next()).await;
         match next {
@@ -113,8 +126,19 @@ pub async fn wait_ready(
                 } else {
                     ready.remove(&h.name_any());
                 }
+                let at = start.elapsed();
+                if ready.len() * 2 >= n {
+                    half.get_or_insert(at);
+                }
+                if ready.len() * 10 >= n * 9 {
+                    p90.get_or_insert(at);
+                }
                 if ready.len() == n {
-                    return Ok(start.elapsed());
+                    return Ok(ReadyTimes {
+                        half: half.unwrap_or(at),
+                        p90: p90.unwrap_or(at),
+                        all: at,
+                    });
                 }
             }
         }
