@@ -31,6 +31,14 @@ use floor::Floor;
 use ground::{Ground, Kind};
 use report::{Breakdown, Measurement, Others, Restart};
 
+/// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
+/// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
+/// N = 5000 (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`); with mimalloc the sandbox
+/// ground's runs took 17 to 20% less time at both sizes, on average over four runs of each
+/// (docs/performance.md, nineteenth pass).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The driver's User-Agent (its requests are not counted as anyone's cost).
 const DRIVER: &str = "habitat-bench/driver";
 
