@@ -237,7 +237,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             };
             let manager = r.query.get("fieldManager").map(String::as_str);
             let (existed, obj) = write(app, &r, |i| {
-                let existed = i.get(&rt, ns, n).is_ok();
+                let existed = i.exists(&rt, ns, n);
                 (existed, i.patch(&rt, ns, n, pt, &body, status, manager))
             });
             let code = if existed { 200 } else { 201 };

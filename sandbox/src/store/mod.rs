@@ -273,6 +273,11 @@ impl Inner {
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 
+    /// Whether the object exists (no copy of it is made).
+    pub fn exists(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> bool {
+        self.objects.contains_key(&Self::key(rt, ns, name))
+    }
+
     /// The stored object for a key.
     pub fn raw(&self, key: &ObjKey) -> Option<&Value> {
         self.objects.get(key).map(|o| &**o)
