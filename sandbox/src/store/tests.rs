@@ -151,7 +151,7 @@ fn the_sweep_collects_objects_whose_owners_never_existed_or_are_gone() {
         .create(&rt, Some("default"), cm("two", &[&ua, &ub]))
         .expect("two owners");
     inner.sweep();
-    let exists = |i: &Inner, n: &str| i.get(&rt, Some("default"), n).is_ok();
+    let exists = |i: &Inner, n: &str| i.exists(&rt, Some("default"), n);
     assert!(!exists(&inner, "ghost"));
     assert!(exists(&inner, "half") && exists(&inner, "two"));
     // Orphaning keeps the dependents; the sweep then has nothing of theirs to collect.
