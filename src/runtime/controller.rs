@@ -83,9 +83,25 @@ where
 /// for every cache at once. Pages of 100: 89 MiB (docs/performance.md, fourteenth pass). Since
 /// the caches list in turn ([`ListTurns`]), pages of 50 against 100: 50 against 59 MiB at
 /// N = 1000 and 19 against 23 MiB at N = 100, for 150 requests from start to settled instead of
-/// 81, and caches synced in 1.1 s instead of 1.0 (sixteenth pass). Pages of 25: 48 and 18 MiB,
-/// 288 requests, 1.6 s.
+/// 81, and caches synced in 1.1 s instead of 1.0 (sixteenth pass).
 const LIST_PAGE: u32 = 50;
+
+/// Objects per page for the kinds whose objects are large until slimmed: a pod (its spec, its
+/// containers' statuses, the managedFields of the controller and the kubelet) and a StatefulSet
+/// (its pod template). The restart's peak is the decoding of their pages: restarted over 100
+/// settled Habitats with 16 workers, the operator peaked at 18.8 to 21.0 MiB with pages of 50
+/// (target 20) and 18.2 to 18.7 with 25 for these two kinds, for 33 requests from start to
+/// settled instead of 26 (216 instead of 150 at N = 1000, where the caches themselves set the
+/// peak; docs/performance.md, twentieth pass).
+const LIST_PAGE_LARGE: u32 = 25;
+
+/// Objects per page of the initial list of `K`'s cache.
+fn list_page<K: kube::Resource<DynamicType = ()>>() -> u32 {
+    match K::kind(&()).as_ref() {
+        "Pod" | "StatefulSet" => LIST_PAGE_LARGE,
+        _ => LIST_PAGE,
+    }
+}
 
 type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Arc<K>> + Send>>;
 
@@ -114,7 +130,7 @@ where
 {
     let (store, writer) = reflector::store();
     let stream = turns
-        .take(watcher(api, config.page_size(LIST_PAGE)))
+        .take(watcher(api, config.page_size(list_page::<K>())))
         .inspect_err(|e| {
             tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff")
         })
@@ -668,6 +684,23 @@ mod tests {
         assert!(triggers
             .after(Ok(watcher::Event::Apply(sts("3", 2, 2))))
             .is_some());
+    }
+
+    #[test]
+    fn pods_and_statefulsets_are_listed_in_smaller_pages() {
+        // Their pages, decoded whole before they are slimmed, set the restart's peak RSS.
+        assert_eq!(list_page::<Pod>(), LIST_PAGE_LARGE);
+        assert_eq!(list_page::<StatefulSet>(), LIST_PAGE_LARGE);
+        assert!(LIST_PAGE_LARGE < LIST_PAGE);
+        for small in [
+            list_page::<ConfigMap>(),
+            list_page::<Service>(),
+            list_page::<PodDisruptionBudget>(),
+            list_page::<PartialObjectMeta<Secret>>(),
+            list_page::<Habitat>(),
+        ] {
+            assert_eq!(small, LIST_PAGE);
+        }
     }
 
     #[tokio::test]
