@@ -77,7 +77,7 @@ impl Inner {
     ) -> Result<Value, ApiError> {
         let key = Inner::key(rt, ns, name);
         let obj = self
-            .objects
+            .by_key
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
@@ -94,7 +94,7 @@ impl Inner {
         }
         let view_rt = rt.clone();
         self.delete_key(&key, opts)?;
-        let after = self.objects.get(&key).unwrap_or(&obj);
+        let after = self.by_key.get(&key).unwrap_or(&obj);
         Ok(self.view(&view_rt, after))
     }
 
@@ -104,7 +104,7 @@ impl Inner {
         key: &ObjKey,
         opts: &DeleteOptions,
     ) -> Result<(), ApiError> {
-        let Some(obj) = self.objects.get(key).cloned() else {
+        let Some(obj) = self.by_key.get(key).cloned() else {
             return Ok(());
         };
         if opts.propagation == Propagation::Orphan {
@@ -149,7 +149,7 @@ impl Inner {
 
     /// Remove an object now (DELETED event), then garbage-collect its dependents.
     pub fn remove(&mut self, key: &ObjKey, propagation: Propagation) {
-        let Some(obj) = self.objects.get(key).cloned() else {
+        let Some(obj) = self.by_key.get(key).cloned() else {
             return;
         };
         let mut gone = (*obj).clone();
@@ -191,7 +191,7 @@ impl Inner {
 
     fn collect_dependents(&mut self, uid: &str) {
         for k in self.dependents_of(uid) {
-            let other_owner_alive = self.objects.get(&k).is_some_and(|o| {
+            let other_owner_alive = self.by_key.get(&k).is_some_and(|o| {
                 meta::owner_uids(o)
                     .iter()
                     .any(|u| *u != uid && self.uids.contains_key(*u))
@@ -207,7 +207,7 @@ impl Inner {
 
     fn orphan_dependents(&mut self, uid: &str) {
         for k in self.dependents_of(uid) {
-            let Some(old) = self.objects.get(&k) else {
+            let Some(old) = self.by_key.get(&k) else {
                 continue;
             };
             let mut new = (**old).clone();
@@ -252,7 +252,7 @@ impl Inner {
         let orphans: Vec<ObjKey> = candidates
             .into_iter()
             .filter(|k| {
-                self.objects.get(k).is_some_and(|o| {
+                self.by_key.get(k).is_some_and(|o| {
                     let owners = meta::owner_uids(o);
                     !owners.is_empty()
                         && owners.iter().all(|u| !self.uids.contains_key(*u))

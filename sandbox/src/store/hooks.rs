@@ -174,7 +174,7 @@ impl Inner {
             namespace: String::new(),
             name: rt.crd.clone()?,
         };
-        let version = self.objects.get(&crd_key)?["spec"]["versions"]
+        let version = self.by_key.get(&crd_key)?["spec"]["versions"]
             .as_array()?
             .iter()
             .find(|v| v["name"] == rt.version.as_str())?;

@@ -90,7 +90,12 @@ pub struct Inner {
     pub rv: u64,
     /// Served resource types.
     pub registry: Registry,
+    /// The objects in key order: lists and watches' initial lists walk ranges of it.
     objects: BTreeMap<ObjKey, Arc<Value>>,
+    /// The same objects by key, for the point reads of every write and GET. A lookup in the
+    /// ordered map compares keys (four strings each) down a tree that deepens as the world
+    /// grows: those comparisons were a tenth of the sandbox's CPU samples at N = 2000.
+    by_key: HashMap<ObjKey, Arc<Value>>,
     history: VecDeque<Change>,
     trimmed: u64,
     /// The last apply of each (field manager, status subresource) per object.
@@ -150,6 +155,7 @@ impl Default for Store {
             rv: 1,
             registry: Registry::default(),
             objects: BTreeMap::new(),
+            by_key: HashMap::new(),
             history: VecDeque::new(),
             trimmed: 0,
             applied: HashMap::new(),
@@ -267,7 +273,7 @@ impl Inner {
 
     /// Get one object, as served by `rt`.
     pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
-        self.objects
+        self.by_key
             .get(&Self::key(rt, ns, name))
             .map(|o| self.view(rt, o))
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
@@ -275,17 +281,17 @@ impl Inner {
 
     /// Whether the object exists (no copy of it is made).
     pub fn exists(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> bool {
-        self.objects.contains_key(&Self::key(rt, ns, name))
+        self.by_key.contains_key(&Self::key(rt, ns, name))
     }
 
     /// The stored object for a key.
     pub fn raw(&self, key: &ObjKey) -> Option<&Value> {
-        self.objects.get(key).map(|o| &**o)
+        self.by_key.get(key).map(|o| &**o)
     }
 
     /// The stored object for a key, shared: a copy costs one pointer.
     pub fn shared(&self, key: &ObjKey) -> Option<Arc<Value>> {
-        self.objects.get(key).cloned()
+        self.by_key.get(key).cloned()
     }
 
     /// The key of the stored object with this uid.
@@ -346,7 +352,7 @@ impl Inner {
         let keep = |o: &'s Value| self.selected(rt, labels, fields, o);
         match (named, ns.is_some() || !rt.namespaced) {
             (Some(name), true) => self
-                .objects
+                .by_key
                 .get(&Self::key(rt, ns, name))
                 .and_then(|o| keep(o))
                 .into_iter()
@@ -466,6 +472,7 @@ impl Inner {
         let object = Arc::new(object);
         let old = match kind {
             ChangeKind::Deleted => {
+                self.by_key.remove(&key);
                 if let Some(prev) = self.objects.remove(&key) {
                     self.unindex(&key, &prev);
                     self.queue_dependents(meta::uid_of(&prev));
@@ -474,6 +481,7 @@ impl Inner {
                 None
             }
             _ => {
+                self.by_key.insert(key.clone(), object.clone());
                 let prev = self.objects.insert(key.clone(), object.clone());
                 if let Some(prev) = &prev {
                     self.unindex(&key, prev);

@@ -133,6 +133,50 @@ fn indexes_follow_updates_and_deletions() {
     assert_eq!(inner.namespace_len("default"), 1);
 }
 
+/// The map by key holds exactly the ordered map's objects, the same allocations.
+fn assert_maps_agree(inner: &Inner) {
+    assert_eq!(inner.by_key.len(), inner.objects.len());
+    for (k, o) in &inner.objects {
+        let found = inner.by_key.get(k).expect("every stored object by key");
+        assert!(Arc::ptr_eq(found, o), "{k:?}: another copy");
+    }
+}
+
+#[test]
+fn point_reads_and_lists_see_the_same_objects() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    for name in ["a", "b", "c"] {
+        inner
+            .create(&rt, Some("default"), cm(name, &[]))
+            .expect("create");
+    }
+    assert_maps_agree(&inner);
+    let mut b = inner.get(&rt, Some("default"), "b").expect("get");
+    b["data"] = json!({"k": "v"});
+    inner
+        .update(&rt, Some("default"), "b", b, false)
+        .expect("update");
+    apply(&mut inner, &rt, json!({"metadata": {"name": "d"}})).expect("apply creates");
+    inner
+        .delete(&rt, Some("default"), "a", &DeleteOptions::default())
+        .expect("delete");
+    assert_maps_agree(&inner);
+    assert!(!inner.exists(&rt, Some("default"), "a"));
+    assert!(inner.get(&rt, Some("default"), "a").is_err());
+    assert_eq!(
+        inner.get(&rt, Some("default"), "b").expect("get")["data"],
+        json!({"k": "v"})
+    );
+    let listed: Vec<String> = inner
+        .list(&rt, Some("default"))
+        .iter()
+        .map(|o| meta::name(o).to_string())
+        .collect();
+    assert_eq!(listed, ["b", "c", "d"]);
+}
+
 #[test]
 fn the_sweep_collects_objects_whose_owners_never_existed_or_are_gone() {
     let store = Store::default();

@@ -101,7 +101,7 @@ impl Inner {
                 namespace: String::new(),
                 name: key.namespace.clone(),
             };
-            match self.objects.get(&ns_key) {
+            match self.by_key.get(&ns_key) {
                 None => return Err(ApiError::not_found("", "namespaces", &key.namespace)),
                 // Only creates are refused; updates and patches of existing objects still work.
                 Some(n) if meta::is_deleting(n) => {
@@ -116,7 +116,7 @@ impl Inner {
             }
         }
         // Admission (the namespace lifecycle above) answers before storage does.
-        if self.objects.contains_key(&key) {
+        if self.by_key.contains_key(&key) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         if rt.status && !rt.is_event() {
@@ -155,7 +155,7 @@ impl Inner {
         }
         let key = Inner::key(rt, ns, name);
         let old = self
-            .objects
+            .by_key
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
@@ -214,7 +214,7 @@ impl Inner {
         manager: Option<&str>,
     ) -> Result<Value, ApiError> {
         let key = Inner::key(rt, ns, name);
-        let old = self.objects.get(&key).cloned();
+        let old = self.by_key.get(&key).cloned();
         if pt == PatchType::Apply {
             let manager = manager.filter(|m| !m.is_empty()).ok_or_else(|| {
                 ApiError::bad_request("PATCH of type apply requires fieldManager")
@@ -246,7 +246,7 @@ impl Inner {
             let prev = self.applied.get(&key).and_then(|a| a.get(&akey)).cloned();
             let merged = patch::server_side_apply(&live, &applied, prev.as_ref());
             let result = self.commit(rt, key.clone(), &old, merged, status);
-            if result.is_ok() && self.objects.contains_key(&key) {
+            if result.is_ok() && self.by_key.contains_key(&key) {
                 self.applied.entry(key).or_default().insert(akey, applied);
             }
             return result;
