@@ -90,7 +90,7 @@ const LIST_PAGE: u32 = 50;
 /// containers' statuses, the managedFields of the controller and the kubelet) and a StatefulSet
 /// (its pod template). The restart's peak is the decoding of their pages: restarted over 100
 /// settled Habitats with 16 workers, the operator peaked at 18.8 to 21.0 MiB with pages of 50
-/// (target 20) and 18.2 to 18.7 with 25 for these two kinds, for 33 requests from start to
+/// (target 20) and 18.2 to 18.8 with 25 for these two kinds, for 33 requests from start to
 /// settled instead of 26 (216 instead of 150 at N = 1000, where the caches themselves set the
 /// peak; docs/performance.md, twentieth pass).
 const LIST_PAGE_LARGE: u32 = 25;
