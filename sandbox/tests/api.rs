@@ -312,12 +312,16 @@ async fn watch_replay_expiry_bookmarks_and_selectors() {
         lines[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
         "true"
     );
-    // expiry: push the rv out of the history window
+    // expiry: push the rv out of the ConfigMaps' history window, made small
     {
         let store = sb.store();
         let mut inner = store.lock();
+        inner.set_history_limits(habitat_sandbox::store::history::Limits {
+            lower: 8,
+            budget: 16,
+        });
         let rt = inner.resource("", "v1", "configmaps").expect("cm");
-        for i in 0..habitat_sandbox::store::HISTORY_LIMIT {
+        for i in 0..16 {
             inner
                 .create(
                     &rt,

@@ -220,11 +220,11 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
         // released, so a watch with many events does not hold up every other request.
         let batch = {
             let inner = store.lock();
-            let picked = match inner.changes_after(pos) {
+            let picked = match inner.changes_of(&w.rt.storage, pos) {
                 Err(e) => Err(e),
                 Ok(changes) => {
                     let mut out = Vec::new();
-                    for c in changes.filter(|c| c.key.storage == w.rt.storage) {
+                    for c in changes {
                         if w.p
                             .namespace
                             .as_deref()

@@ -71,22 +71,22 @@ impl Controller {
         let sts_storage = StorageKey::new("apps", "statefulsets");
         let pod_storage = StorageKey::new("", "pods");
         let mut due = std::mem::take(&mut self.retry);
-        match self.seen.map(|rv| inner.changes_after(rv)) {
-            Some(Ok(changes)) => {
-                for c in changes {
-                    if c.key.storage == sts_storage {
-                        due.insert(c.key.clone());
-                    } else if c.key.storage == pod_storage {
-                        for owner in meta::owner_uids(&c.object) {
-                            if let Some(k) = inner.key_of_uid(owner) {
-                                if k.storage == sts_storage {
-                                    due.insert(k.clone());
-                                }
-                            }
+        let changed = self.seen.map(|rv| {
+            let sets = inner.changes_of(&sts_storage, rv)?.map(|c| c.key.clone());
+            let mut keys: BTreeSet<ObjKey> = sets.collect();
+            for c in inner.changes_of(&pod_storage, rv)? {
+                for owner in meta::owner_uids(&c.object) {
+                    if let Some(k) = inner.key_of_uid(owner) {
+                        if k.storage == sts_storage {
+                            keys.insert(k.clone());
                         }
                     }
                 }
             }
+            Ok::<_, crate::error::ApiError>(keys)
+        });
+        match changed {
+            Some(Ok(keys)) => due.extend(keys),
             None | Some(Err(_)) => {
                 due.extend(inner.raw_list(&sts_storage, None).map(|(k, _)| k.clone()));
             }

@@ -7,9 +7,11 @@
 //! be scans: objects by uid, dependents by owner uid, object counts per namespace, and the
 //! objects that may have lost all their owners (the garbage collector's work list). A stored
 //! object is shared (`Arc`) between the map and the change history, so a version costs its
-//! memory once.
+//! memory once. The history is kept per resource type, as kube-apiserver keeps its watch cache
+//! ([`history`]).
 
 mod delete;
+pub mod history;
 mod hooks;
 mod names;
 mod rules;
@@ -24,13 +26,10 @@ use crate::registry::{Registry, ResourceType, StorageKey};
 use crate::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::sync::watch;
-
-/// How many changes the watch history keeps.
-pub const HISTORY_LIMIT: usize = 10_000;
 
 /// The identity of a stored object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,8 +95,8 @@ pub struct Inner {
     /// ordered map compares keys (four strings each) down a tree that deepens as the world
     /// grows: those comparisons were 5% of the sandbox's CPU samples at N = 2000, 1.4% since.
     by_key: HashMap<ObjKey, Arc<Value>>,
-    history: VecDeque<Change>,
-    trimmed: u64,
+    /// The recent changes of each resource type.
+    histories: history::Histories,
     /// The last apply of each (field manager, status subresource) per object.
     applied: HashMap<ObjKey, HashMap<(String, bool), Value>>,
     /// Whether writes are validated like a client's (off for a scheduler's binding).
@@ -156,8 +155,7 @@ impl Default for Store {
             registry: Registry::default(),
             objects: BTreeMap::new(),
             by_key: HashMap::new(),
-            history: VecDeque::new(),
-            trimmed: 0,
+            histories: history::Histories::default(),
             applied: HashMap::new(),
             checked: true,
             uids: HashMap::new(),
@@ -444,26 +442,23 @@ impl Inner {
 
     /// The changes after `rv` for a storage key, or 410 Expired if the history no longer has them.
     pub fn changes_since(&self, storage: &StorageKey, rv: u64) -> Result<Vec<Change>, ApiError> {
-        if rv < self.trimmed {
-            return Err(ApiError::expired(&rv.to_string()));
-        }
-        let start = self.history.partition_point(|c| c.rv <= rv);
-        Ok(self
-            .history
-            .range(start..)
-            .filter(|c| c.key.storage == *storage)
-            .cloned()
-            .collect())
+        Ok(self.changes_of(storage, rv)?.cloned().collect())
     }
 
-    /// Every change after `rv`, of every storage key, or 410 Expired if the history no longer
-    /// has them.
-    pub fn changes_after(&self, rv: u64) -> Result<impl Iterator<Item = &Change>, ApiError> {
-        if rv < self.trimmed {
-            return Err(ApiError::expired(&rv.to_string()));
-        }
-        let start = self.history.partition_point(|c| c.rv <= rv);
-        Ok(self.history.range(start..))
+    /// The changes of one resource type after `rv`, oldest first, or 410 Expired if its history
+    /// no longer reaches back to `rv`.
+    pub fn changes_of(
+        &self,
+        storage: &StorageKey,
+        rv: u64,
+    ) -> Result<impl Iterator<Item = &Change>, ApiError> {
+        self.histories.after(storage, rv)
+    }
+
+    /// Sizes the watch histories by `limits` from the next change on: tests make them small to
+    /// see a watch expire.
+    pub fn set_history_limits(&mut self, limits: history::Limits) {
+        self.histories.set_limits(limits);
     }
 
     /// Record a change and store (or remove) the object. The old object of a modification is
@@ -490,7 +485,7 @@ impl Inner {
                 prev.filter(|_| kind == ChangeKind::Modified)
             }
         };
-        self.history.push_back(Change {
+        self.histories.record(Change {
             rv: self.rv,
             kind,
             key,
@@ -498,11 +493,6 @@ impl Inner {
             old,
             encoded: Arc::default(),
         });
-        while self.history.len() > HISTORY_LIMIT {
-            if let Some(c) = self.history.pop_front() {
-                self.trimmed = c.rv;
-            }
-        }
     }
 
     fn index(&mut self, key: &ObjKey, obj: &Value) {

@@ -220,6 +220,10 @@ fn the_sweep_collects_objects_whose_owners_never_existed_or_are_gone() {
 fn history_is_shared_and_expires() {
     let store = Store::default();
     let mut inner = store.lock();
+    inner.set_history_limits(history::Limits {
+        lower: 2,
+        budget: 8,
+    });
     let rt = configmaps(&inner);
     let start = inner.rv;
     inner
@@ -230,7 +234,10 @@ fn history_is_shared_and_expires() {
     inner
         .update(&rt, Some("default"), "c", c, false)
         .expect("update");
-    let changes: Vec<&Change> = inner.changes_after(start).expect("history").collect();
+    let changes: Vec<&Change> = inner
+        .changes_of(&rt.storage, start)
+        .expect("history")
+        .collect();
     assert_eq!(changes.len(), 2);
     let stored = inner.objects.get(&changes[1].key).expect("stored");
     assert!(Arc::ptr_eq(&changes[1].object, stored));
@@ -238,12 +245,25 @@ fn history_is_shared_and_expires() {
         changes[1].old.as_ref().expect("old"),
         &changes[0].object
     ));
-    for i in 0..HISTORY_LIMIT {
+    // Another type's changes do not push a ConfigMap's out of its window.
+    let secrets = inner.resource("", "v1", "secrets").expect("secrets");
+    for i in 0..20 {
+        inner
+            .create(&secrets, Some("default"), cm(&format!("s{i}"), &[]))
+            .expect("create");
+    }
+    assert_eq!(
+        inner.changes_since(&rt.storage, start).map(|c| c.len()),
+        Ok(2)
+    );
+    assert!(inner.changes_of(&secrets.storage, start).is_err());
+    // Its own do, past the budget.
+    for i in 0..8 {
         inner
             .create(&rt, Some("default"), cm(&format!("n{i}"), &[]))
             .expect("create");
     }
-    assert!(inner.changes_after(start).is_err());
+    assert!(inner.changes_of(&rt.storage, start).is_err());
     assert!(inner.changes_since(&rt.storage, start).is_err());
 }
 
