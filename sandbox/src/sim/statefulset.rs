@@ -72,8 +72,10 @@ impl Controller {
         let pod_storage = StorageKey::new("", "pods");
         let mut due = std::mem::take(&mut self.retry);
         let changed = self.seen.map(|rv| {
-            let sets = inner.changes_of(&sts_storage, rv)?.map(|c| c.key.clone());
-            let mut keys: BTreeSet<ObjKey> = sets.collect();
+            let mut keys: BTreeSet<ObjKey> = inner
+                .changes_of(&sts_storage, rv)?
+                .map(|c| c.key.clone())
+                .collect();
             for c in inner.changes_of(&pod_storage, rv)? {
                 for owner in meta::owner_uids(&c.object) {
                     if let Some(k) = inner.key_of_uid(owner) {
