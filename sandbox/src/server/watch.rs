@@ -189,7 +189,9 @@ async fn run(store: Arc<Store>, rt: ResourceType, p: WatchParams, tx: mpsc::Send
                         "invalid resource version: {rv_param}"
                     ))),
                 ),
-                Ok(rv) => match inner.changes_since(&w.rt.storage, rv) {
+                // Only whether the history reaches back to `rv`: the loop below sends the
+                // changes.
+                Ok(rv) => match inner.changes_of(&w.rt.storage, rv) {
                     Err(e) => (0, Err(e)),
                     Ok(_) => (rv, Ok(vec![])),
                 },

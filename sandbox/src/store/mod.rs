@@ -440,11 +440,6 @@ impl Inner {
         self.objects.iter().map(|(k, o)| (k, &**o))
     }
 
-    /// The changes after `rv` for a storage key, or 410 Expired if the history no longer has them.
-    pub fn changes_since(&self, storage: &StorageKey, rv: u64) -> Result<Vec<Change>, ApiError> {
-        Ok(self.changes_of(storage, rv)?.cloned().collect())
-    }
-
     /// The changes of one resource type after `rv`, oldest first, or 410 Expired if its history
     /// no longer reaches back to `rv`.
     pub fn changes_of(
