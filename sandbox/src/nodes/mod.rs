@@ -324,7 +324,7 @@ impl Nodes {
             api::<ConfigMap>(&client, ns),
             version.clone(),
             notify.clone(),
-            JsonMirror::default(),
+            JsonMirror::tracking_changes(),
         );
         let hub = opts
             .simulate_supervisors
@@ -342,22 +342,19 @@ impl Nodes {
             loop {
                 let began = std::time::Instant::now();
                 let now = version.load(Ordering::Relaxed);
-                // The pods changed since the last step (`None`: relisted, any may have).
-                let changed = if seen == Some(now) {
-                    Some(Vec::new())
+                // The pods and ConfigMaps changed since the last step (`None`: relisted, any
+                // may have).
+                let (changed, changed_cms) = if seen == Some(now) {
+                    (Some(Vec::new()), Some(Vec::new()))
                 } else {
-                    pod_json.take_changed()
+                    (pod_json.take_changed(), cm_json.take_changed())
                 };
                 let mut health_moved = Vec::new();
                 if let Some(hub) = &loop_hub {
-                    if seen == Some(now) {
-                        hub.step(None);
-                    } else {
-                        let (p, c) = (pod_json.values(), cm_json.values());
-                        match &changed {
-                            Some(changed) => hub.step_changed((&p, &c), changed),
-                            None => hub.step(Some((&p, &c))),
-                        }
+                    match (&changed, &changed_cms) {
+                        _ if seen == Some(now) => hub.step(None),
+                        (Some(pods), Some(cms)) => hub.step_changed(pods, cms),
+                        _ => hub.step(Some((&pod_json.values(), &cm_json.values()))),
                     }
                     health_moved = hub.take_health_moved();
                 }

@@ -58,18 +58,26 @@ fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> boo
     }
 }
 
-/// Regroups the members (their rings, health or membership may have changed) and runs every
-/// group's elections.
+/// Regroups every member from scratch (their rings, health or membership may have changed
+/// without the index knowing: tests set them directly) and runs every group's elections.
+#[cfg(test)]
 pub(super) fn elect(st: &mut State) {
     st.index.clear();
+    st.dead.clear();
     for m in st.members.values() {
-        st.index
-            .entry(m.key())
-            .or_default()
-            .push(m.member_id.clone());
+        if m.health != Health::Alive {
+            st.dead.insert(m.member_id.clone());
+        }
+        if !m.ring.is_empty() {
+            st.index
+                .entry(m.key())
+                .or_default()
+                .push(m.member_id.clone());
+        }
     }
     let index = &st.index;
     st.groups.retain(|k, _| index.contains_key(k));
+    st.dirty = st.index.keys().cloned().collect();
     run(st);
 }
 
@@ -81,21 +89,29 @@ pub(super) fn tick(st: &mut State) {
     }
 }
 
-/// Runs every group's elections and starts the services whose election finished. One pass
-/// leaves every group at rest but those whose election is running; `next_deadline` is when the
-/// first of those finishes.
-fn run(st: &mut State) {
+/// Runs the elections of the groups that changed and of those with a running election, and
+/// starts the services whose election finished. One pass leaves every group at rest but those
+/// whose election is running; `next_deadline` is when the first of those finishes. A group at
+/// rest stays so until a member joins, leaves or changes health, so the others are left alone.
+pub(super) fn run(st: &mut State) {
     let now = Instant::now();
     let mut next: Option<Instant> = None;
     let mut finished: Vec<&String> = Vec::new();
+    let mut visit = std::mem::take(&mut st.dirty);
+    visit.extend(std::mem::take(&mut st.running));
     let State {
         members,
         groups,
         index,
+        running,
         health_moved,
         ..
     } = &mut *st;
-    for (key, ids) in index.iter() {
+    for key in visit {
+        let Some(ids) = index.get(&key) else {
+            groups.remove(&key);
+            continue;
+        };
         let members: Vec<&Member> = ids.iter().filter_map(|id| members.get(id)).collect();
         let g = groups.entry(key.clone()).or_default();
         let alive: Vec<&Member> = members
@@ -144,6 +160,7 @@ fn run(st: &mut State) {
             .flatten()
         {
             next = Some(next.map_or(until, |n| n.min(until)));
+            running.insert(key.clone());
         }
         if matches!(g.status, Election::Finished | Election::None) {
             finished.extend(ids);

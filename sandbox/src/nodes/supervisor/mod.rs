@@ -144,6 +144,8 @@ pub struct Member {
     /// The addresses of the member list it restored at boot from a persisted `/hab/sup`, until
     /// it reached one of them: such a supervisor ignores its peer file (facts §1).
     pub restored_peers: Option<Vec<String>>,
+    /// The ConfigMaps its pod mounts, by name: its possible peer files.
+    pub mounts: Vec<String>,
     /// The claim holding its `/hab/sup`, when persisted.
     disk: Option<String>,
     departed_at: Option<Instant>,
@@ -158,11 +160,6 @@ impl Member {
     /// Where the member gossips: its namespace and ring.
     pub fn scope(&self) -> String {
         format!("{}/{}", self.namespace, self.ring)
-    }
-
-    /// Its namespace and ring, borrowed.
-    fn scope_ref(&self) -> (&str, &str) {
-        (&self.namespace, &self.ring)
     }
 
     fn key(&self) -> GroupKey {
@@ -202,18 +199,26 @@ struct State {
     /// Persisted `/hab/sup` directories, by `namespace/claim`.
     disks: HashMap<String, Disk>,
     groups: HashMap<GroupKey, Group>,
-    /// Member ids by service group, rebuilt by [`elect::elect`] whenever membership, health or
-    /// rings may have changed, so that a census or an election tick costs its group, not the
-    /// world.
+    /// Member ids by service group, kept as members join, move between rings and are
+    /// forgotten (rebuilt whole by [`elect::elect`]), so that a census or an election costs its
+    /// group, not the world.
     index: HashMap<GroupKey, Vec<String>>,
+    /// The groups whose membership or members' health changed since their elections last ran.
+    dirty: HashSet<GroupKey>,
+    /// The groups with a running election.
+    running: HashSet<GroupKey>,
     /// When the next running election finishes: between world changes, the elections change
     /// state only then.
     next_deadline: Option<Instant>,
-    /// The ConfigMaps the rings were last derived from, kept so that an unchanged one is
-    /// recognised by its allocation.
-    config_maps: Vec<Arc<Value>>,
-    /// A supervisor stopped using its restored member list: derive the rings again.
-    rings_dirty: bool,
+    /// Who links to whom: the rings are derived again around what changed.
+    links: rings::Links,
+    /// Members that are not alive (Confirmed or Departed), whom [`State::forget`] may forget.
+    dead: HashSet<String>,
+    /// Members with a persisted `/hab/sup` or a restored member list ([`State::save_disks`]).
+    persisted: HashSet<String>,
+    /// Supervisors that stopped using their restored member list: their links change at the
+    /// next pass.
+    reached: Vec<String>,
     /// Running pods whose supervisor could not join yet (another running supervisor has its
     /// member id), as last seen: tried again on every pass, changed or not.
     refused: HashMap<String, Arc<Value>>,
@@ -226,7 +231,9 @@ struct State {
 /// What the nodes observed: every pod, and every ConfigMap (for the peer files).
 pub type World<'a> = (&'a [Arc<Value>], &'a [Arc<Value>]);
 
-/// The pods that changed since the last pass, by uid, each as it is now (`None`: deleted).
+/// The objects (pods or ConfigMaps) that changed since the last pass, by key (a pod's uid; a
+/// ConfigMap's uid, or `namespace/name` when it has none), each as it is now (`None`:
+/// deleted).
 pub type Changed<'a> = &'a [(String, Option<Arc<Value>>)];
 
 /// All simulated supervisors. They learn the world from what the caller observed (pods and
@@ -321,6 +328,7 @@ pub fn member_for(pod: &Value) -> Option<Member> {
         started: false,
         ring: String::new(),
         restored_peers: None,
+        mounts: rings::mounts(pod),
         disk: None,
         departed_at: None,
     })
@@ -335,6 +343,43 @@ fn is_running(pod: &Value) -> bool {
 }
 
 impl State {
+    /// Files `id` under its group's key, leaving its `old` group, and marks both groups for
+    /// their elections to run again. A forgotten member only leaves; a member without a ring
+    /// yet belongs to no group.
+    fn regroup(&mut self, id: &str, old: Option<GroupKey>) {
+        let now = self
+            .members
+            .get(id)
+            .filter(|m| !m.ring.is_empty())
+            .map(Member::key);
+        if old == now {
+            return;
+        }
+        if let Some(key) = old {
+            if let Some(ids) = self.index.get_mut(&key) {
+                ids.retain(|i| i != id);
+                if ids.is_empty() {
+                    self.index.remove(&key);
+                }
+            }
+            self.dirty.insert(key);
+        }
+        if let Some(key) = now {
+            let ids = self.index.entry(key.clone()).or_default();
+            if !ids.iter().any(|i| i == id) {
+                ids.push(id.to_string());
+            }
+            self.dirty.insert(key);
+        }
+    }
+
+    /// The member's group runs its elections again (its health changed).
+    fn touch(&mut self, id: &str) {
+        if let Some(m) = self.members.get(id).filter(|m| !m.ring.is_empty()) {
+            self.dirty.insert(m.key());
+        }
+    }
+
     /// The member's pod stopped: it is Confirmed dead, and still counted.
     fn stop(&mut self, uid: &str) {
         if let Some(l) = self.listeners.remove(uid) {
@@ -345,8 +390,11 @@ impl State {
             if let Some(m) = self.members.get_mut(&id) {
                 if m.health == Health::Alive {
                     m.health = Health::Confirmed;
+                    self.links.leave(m);
+                    self.dead.insert(id.clone());
                 }
             }
+            self.touch(&id);
         }
     }
 
@@ -367,9 +415,12 @@ impl State {
             }
         }
         let id = m.member_id.clone();
-        match self.members.get_mut(&id) {
+        if m.disk.is_some() {
+            self.persisted.insert(id.clone());
+        }
+        let new = match self.members.get_mut(&id) {
             // Two running supervisors with one id: the second never joins.
-            Some(old) if old.health == Health::Alive => None,
+            Some(old) if old.health == Health::Alive => return None,
             // The same member again (its id survived): Alive at its new address, in its ring.
             Some(old) => {
                 self.health_moved.push(m.pod_uid.clone());
@@ -383,38 +434,34 @@ impl State {
                 old.started = false;
                 old.departed_at = None;
                 old.restored_peers = m.restored_peers;
+                old.mounts = m.mounts;
                 old.disk = m.disk;
-                Some((id, false))
+                self.dead.remove(&id);
+                self.touch(&id);
+                false
             }
             None => {
                 self.members.insert(id.clone(), m);
-                Some((id, true))
+                true
             }
+        };
+        if let Some(m) = self.members.get(&id) {
+            self.links.join(m);
         }
+        Some((id, new))
     }
 
     /// Facts §6, "Mitigation in the code": "when a new member joins a group without quorum,
     /// the Confirmed member with the lowest ID is auto-departed" (`insert_service_impl`).
     /// Newcomers are taken in order, each seeing the departures of those before it.
     fn depart_for_newcomers(&mut self, newcomers: &[String]) {
-        let keys: Vec<GroupKey> = newcomers
-            .iter()
-            .filter_map(|id| self.members.get(id).map(Member::key))
-            .collect();
-        if keys.is_empty() {
-            return;
-        }
-        let wanted: HashSet<&GroupKey> = keys.iter().collect();
-        let mut groups: HashMap<GroupKey, Vec<String>> = HashMap::new();
-        for m in self.members.values() {
-            let key = m.key();
-            if wanted.contains(&key) {
-                groups.entry(key).or_default().push(m.member_id.clone());
-            }
-        }
-        for key in &keys {
-            let group: Vec<&Member> = groups
-                .get(key)
+        for id in newcomers {
+            let Some(key) = self.members.get(id).map(Member::key) else {
+                continue;
+            };
+            let group: Vec<&Member> = self
+                .index
+                .get(&key)
                 .into_iter()
                 .flatten()
                 .filter_map(|id| self.members.get(id))
@@ -431,6 +478,7 @@ impl State {
             if let Some(m) = lowest.and_then(|id| self.members.get_mut(&id)) {
                 m.health = Health::Departed;
                 m.departed_at = Some(Instant::now());
+                self.dirty.insert(key);
             }
         }
     }
@@ -438,77 +486,96 @@ impl State {
     /// Forget what no live supervisor remembers: departed members after [`DEPARTED_TTL`], and
     /// dead members of a ring with no alive member left. Returns true when it forgot one.
     fn forget(&mut self) -> bool {
-        if self.members.values().all(|m| m.health == Health::Alive) {
-            return false;
-        }
-        let live_scopes: HashSet<(&str, &str)> = self
-            .members
-            .values()
-            .filter(|m| m.health == Health::Alive)
-            .map(Member::scope_ref)
-            .collect();
+        let live = |m: &Member| {
+            self.links
+                .ring(&m.ring)
+                .filter_map(|id| self.members.get(id))
+                .any(|other| other.namespace == m.namespace)
+        };
         let forgotten: Vec<String> = self
-            .members
-            .values()
+            .dead
+            .iter()
+            .filter_map(|id| self.members.get(id))
             .filter(|m| match m.health {
                 Health::Alive => false,
-                Health::Confirmed => !live_scopes.contains(&m.scope_ref()),
+                Health::Confirmed => !live(m),
                 Health::Departed => {
-                    !live_scopes.contains(&m.scope_ref())
-                        || m.departed_at.is_some_and(|t| t.elapsed() >= DEPARTED_TTL)
+                    !live(m) || m.departed_at.is_some_and(|t| t.elapsed() >= DEPARTED_TTL)
                 }
             })
             .map(|m| m.member_id.clone())
             .collect();
         for id in &forgotten {
-            self.members.remove(id);
+            self.dead.remove(id);
+            self.persisted.remove(id);
+            let key = self
+                .members
+                .remove(id)
+                .filter(|m| !m.ring.is_empty())
+                .map(|m| m.key());
+            self.regroup(id, key);
         }
         !forgotten.is_empty()
     }
 
     /// Persisted supervisors save their member list's addresses, and a supervisor that
-    /// restored its list stops using it once it reached its ring. Returns true when one did.
-    fn save_disks(&mut self) -> bool {
-        let concerned = |m: &Member| {
-            m.health == Health::Alive && (m.disk.is_some() || m.restored_peers.is_some())
-        };
-        if !self.members.values().any(concerned) {
-            return false;
-        }
-        let mut rings: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
-        for m in self.members.values().filter(|m| m.health == Health::Alive) {
-            rings.entry(m.scope_ref()).or_default().push(&m.ip);
-        }
+    /// restored its list stops using it once it reached its ring. Returns those that did.
+    fn save_disks(&mut self) -> Vec<String> {
         let peers_of: Vec<(String, Vec<String>)> = self
-            .members
-            .values()
-            .filter(|m| concerned(m))
+            .persisted
+            .iter()
+            .filter_map(|id| self.members.get(id))
+            .filter(|m| m.health == Health::Alive)
             .map(|m| {
-                let peers = rings
-                    .get(&m.scope_ref())
-                    .into_iter()
-                    .flatten()
-                    .filter(|ip| **ip != m.ip)
-                    .map(|ip| ip.to_string())
+                let peers = self
+                    .links
+                    .ring(&m.ring)
+                    .filter_map(|id| self.members.get(id))
+                    .filter(|o| o.namespace == m.namespace && o.ip != m.ip)
+                    .map(|o| o.ip.clone())
                     .collect();
                 (m.member_id.clone(), peers)
             })
             .collect();
-        let mut reached = false;
-        for (id, peers) in peers_of {
+        let mut reached = Vec::new();
+        for (id, mut peers) in peers_of {
             let Some(m) = self.members.get_mut(&id) else {
                 continue;
             };
             if peers.is_empty() {
                 continue;
             }
+            peers.sort();
             // It reached its ring: from now on gossip keeps it there.
-            reached |= m.restored_peers.take().is_some();
-            if let Some(disk) = m.disk.as_ref().and_then(|d| self.disks.get_mut(d)) {
+            if m.restored_peers.take().is_some() {
+                reached.push(id.clone());
+            }
+            if m.disk.is_none() {
+                self.persisted.remove(&id);
+            } else if let Some(disk) = m.disk.as_ref().and_then(|d| self.disks.get_mut(d)) {
                 disk.peers = peers;
             }
         }
         reached
+    }
+
+    /// Re-derives the rings around `touched` and files every member that moved, then applies
+    /// the rules that follow membership: newcomers' departures, forgetting, saved member lists,
+    /// and the elections of the groups that changed.
+    fn settle(&mut self, touched: Vec<String>, joined: &[String]) {
+        let moved = rings::merge(&mut self.members, &mut self.links, touched);
+        for (id, old) in moved {
+            let key = self
+                .members
+                .get(&id)
+                .filter(|_| !old.is_empty())
+                .map(|m| (format!("{}/{old}", m.namespace), m.service_group()));
+            self.regroup(&id, key);
+        }
+        self.depart_for_newcomers(joined);
+        self.forget();
+        self.reached = self.save_disks();
+        elect::run(self);
     }
 }
 
@@ -553,132 +620,126 @@ impl Hub {
         Some(census::document(me, group, &peers))
     }
 
-    /// One pass: run elections, and when the world changed (`Some((pods, config_maps))`, every
-    /// pod and ConfigMap the nodes see), track members, open and close gateways, and rederive
-    /// the gossip rings. Rings and groups are rederived only when something they depend on
-    /// changed: a member started, stopped or was forgotten, a ConfigMap changed (the world's
-    /// values are shared, so an unchanged one is the same allocation), or a restored
-    /// supervisor reached its ring. A pass that only sees pods' statuses change costs one
-    /// look at each pod.
+    /// One pass over the whole world (`Some((pods, config_maps))`, every pod and ConfigMap the
+    /// nodes see): track members, open and close gateways, read every peer file and derive
+    /// every ring again, then run the elections of the groups that changed. `None`: nothing
+    /// changed, only the elections' clocks move ([`elect::tick`]). A pass over the world costs
+    /// the world; [`Hub::step_changed`] costs what changed.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
-        self.step_with(world, None);
-    }
-
-    /// [`Hub::step`] when the caller knows which pods changed since its last pass (`changed`):
-    /// only those, and the pods whose supervisor was refused, are looked at for starts and
-    /// stops, so a pass costs the pods that changed, not every pod. The world is still every
-    /// pod and ConfigMap, for the rings.
-    pub fn step_changed(self: &Arc<Self>, world: World<'_>, changed: Changed<'_>) {
-        self.step_with(Some(world), Some(changed));
-    }
-
-    fn step_with(self: &Arc<Self>, world: Option<World<'_>>, changed_pods: Option<Changed<'_>>) {
         let Some((pods, config_maps)) = world else {
             elect::tick(&mut self.state());
             return;
         };
         let mut st = self.state();
-        let mut changed = std::mem::take(&mut st.rings_dirty);
+        st.reached.clear();
+        st.refused.clear();
+        // Stops first: a supervisor whose pod is gone no longer holds its member id.
+        let seen: HashSet<&str> = pods
+            .iter()
+            .filter(|p| is_running(p))
+            .map(|p| meta::uid_of(p))
+            .collect();
+        let gone: Vec<String> = st
+            .by_pod
+            .keys()
+            .filter(|u| !seen.contains(u.as_str()))
+            .cloned()
+            .collect();
+        for uid in gone {
+            st.stop(&uid);
+        }
         let mut joined = Vec::new();
-        match changed_pods {
-            Some(list) => {
-                // The refused pods as last seen, unless they changed since; in uid order.
-                let mut look: BTreeMap<String, Option<Arc<Value>>> =
-                    std::mem::take(&mut st.refused)
-                        .into_iter()
-                        .map(|(uid, pod)| (uid, Some(pod)))
-                        .collect();
-                look.extend(list.iter().cloned());
-                for (uid, pod) in &look {
-                    match pod {
-                        None => {
-                            if st.by_pod.contains_key(uid) {
-                                st.stop(uid);
-                                changed = true;
-                            }
-                        }
-                        Some(pod) => changed |= self.look_at(&mut st, pod, &mut joined),
-                    }
-                }
-            }
-            None => {
-                st.refused.clear();
-                for pod in pods {
-                    changed |= self.look_at(&mut st, pod, &mut joined);
-                }
-                let seen: HashSet<&str> = pods.iter().map(|p| meta::uid_of(p)).collect();
-                let gone: Vec<String> = st
-                    .by_pod
-                    .keys()
-                    .filter(|u| !seen.contains(u.as_str()))
-                    .cloned()
-                    .collect();
-                for uid in gone {
-                    st.stop(&uid);
-                    changed = true;
-                }
+        for pod in pods {
+            self.look_at(&mut st, pod, &mut Vec::new(), &mut joined);
+        }
+        st.links.reset_config_maps(config_maps);
+        let alive: Vec<String> = st
+            .members
+            .values()
+            .filter(|m| m.health == Health::Alive)
+            .map(|m| m.member_id.clone())
+            .collect();
+        let State { members, links, .. } = &mut *st;
+        for id in &alive {
+            if let Some(m) = members.get(id) {
+                links.learn(m);
             }
         }
-        let same_config_maps = st.config_maps.len() == config_maps.len()
-            && st
-                .config_maps
-                .iter()
-                .zip(config_maps)
-                .all(|(a, b)| Arc::ptr_eq(a, b));
-        if !changed && same_config_maps {
-            if st.forget() {
-                elect::elect(&mut st);
-            } else {
-                elect::tick(&mut st);
+        st.settle(alive, &joined);
+    }
+
+    /// A pass told what changed since the last one: the pods (`pods`) and the ConfigMaps
+    /// (`config_maps`). Only those, the pods whose supervisor was refused and the supervisors
+    /// that reached their ring are looked at, and only the rings around them derived again, so
+    /// a pass costs what changed, not the world.
+    pub fn step_changed(self: &Arc<Self>, pods: Changed<'_>, config_maps: Changed<'_>) {
+        let mut st = self.state();
+        let mut touched = std::mem::take(&mut st.reached);
+        let mut joined = Vec::new();
+        // The refused pods as last seen, unless they changed since; in uid order.
+        let mut look: BTreeMap<String, Option<Arc<Value>>> = std::mem::take(&mut st.refused)
+            .into_iter()
+            .map(|(uid, pod)| (uid, Some(pod)))
+            .collect();
+        look.extend(pods.iter().cloned());
+        // Stops first: a supervisor whose pod is gone no longer holds its member id.
+        for (uid, pod) in &look {
+            if !pod.as_deref().is_some_and(is_running) {
+                st.stop(uid);
             }
-            return;
         }
-        st.config_maps = config_maps.to_vec();
-        let State {
-            members, by_pod, ..
-        } = &mut *st;
-        rings::assign(members, by_pod, pods, config_maps);
-        st.depart_for_newcomers(&joined);
-        st.forget();
-        st.rings_dirty = st.save_disks();
-        elect::elect(&mut st);
+        for pod in look.values().flatten() {
+            self.look_at(&mut st, pod, &mut touched, &mut joined);
+        }
+        for (key, cm) in config_maps {
+            let readers = st.links.set_config_map(key, cm.as_deref());
+            touched.extend(readers);
+        }
+        let State { members, links, .. } = &mut *st;
+        for id in &touched {
+            if let Some(m) = members.get(id).filter(|m| m.health == Health::Alive) {
+                links.learn(m);
+            }
+        }
+        st.settle(touched, &joined);
     }
 
     /// One pod as it is now: its supervisor stops when the pod no longer runs, starts when it
-    /// runs and has none (a newcomer's id goes into `joined`). True when membership changed.
+    /// runs and has none (its id goes into `started`, and into `joined` when the ring never saw
+    /// it).
     fn look_at(
         self: &Arc<Self>,
         st: &mut State,
         pod: &Arc<Value>,
+        started: &mut Vec<String>,
         joined: &mut Vec<String>,
-    ) -> bool {
+    ) {
         let uid = meta::uid_of(pod);
         let running = is_running(pod);
         if st.by_pod.contains_key(uid) {
             if !running {
                 st.stop(uid);
-                return true;
             }
-            return false;
+            return;
         }
         if !running {
-            return false;
+            return;
         }
         let Some(m) = member_for(pod) else {
-            return false;
+            return;
         };
         let ip = m.ip.clone();
         let Some((id, new)) = st.start(m, pod) else {
             st.refused.insert(uid.to_string(), pod.clone());
-            return false;
+            return;
         };
         st.by_pod.insert(uid.to_string(), id.clone());
         let handle = gateway::spawn(self.clone(), uid.to_string(), ip);
         st.listeners.insert(uid.to_string(), handle);
+        started.push(id.clone());
         if new {
             joined.push(id);
         }
-        true
     }
 
     /// Close every gateway.

@@ -3,6 +3,7 @@
 
 use super::*;
 use serde_json::json;
+use std::collections::BTreeSet;
 
 fn member(id: &str, ns: &str, leader: bool) -> Member {
     Member {
@@ -20,6 +21,7 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         started: false,
         ring: "r".into(),
         restored_peers: None,
+        mounts: vec![],
         disk: None,
         departed_at: None,
     }
@@ -451,63 +453,74 @@ fn the_image_tag_picks_the_release() {
     assert_eq!(release.len(), 14);
 }
 
-fn pod_with_peer(uid: &str, ns: &str, cm: &str) -> Arc<Value> {
-    Arc::new(
-        json!({"metadata": {"uid": uid, "namespace": ns, "name": uid},
-           "spec": {"volumes": [{"name": "peer", "configMap": {"name": cm}}]}}),
-    )
+fn peer_cm(name: &str, ip: &str) -> Value {
+    json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("cm-{name}")},
+        "data": {"peer-ip": ip}})
+}
+
+/// Members `(id, ip, peer file)` of one namespace, alive and in no ring yet, joined to `links`.
+fn ringless(links: &mut rings::Links, list: &[(&str, &str, &str)]) -> HashMap<String, Member> {
+    let mut members = HashMap::new();
+    for (id, ip, file) in list {
+        let mut m = member(id, "ns", true);
+        m.ip = ip.to_string();
+        m.ring = String::new();
+        m.mounts = vec![file.to_string()];
+        links.join(&m);
+        members.insert(id.to_string(), m);
+    }
+    members
 }
 
 #[test]
 fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
-    let mut members: HashMap<String, Member> = HashMap::new();
-    let mut by_pod: HashMap<String, String> = HashMap::new();
-    for (uid, ip) in [("a", "127.1.0.2"), ("b", "127.1.0.3"), ("c", "127.1.0.4")] {
-        let mut m = member(uid, "ns", true);
-        m.ip = ip.into();
-        m.ring = String::new();
-        members.insert(uid.into(), m);
-        by_pod.insert(uid.into(), uid.into());
-    }
+    let mut links = rings::Links::default();
     // a and b read a file naming a; c reads its own file naming itself: two rings.
-    let cms = vec![
-        Arc::new(
-            json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "127.1.0.2"}}),
-        ),
-        Arc::new(
-            json!({"metadata": {"namespace": "ns", "name": "y-peer"}, "data": {"peer-ip": "127.1.0.4"}}),
-        ),
+    for cm in [
+        peer_cm("x-peer", "127.1.0.2"),
+        peer_cm("y-peer", "127.1.0.4"),
+    ] {
+        links.set_config_map(meta::uid_of(&cm), Some(&cm));
+    }
+    let list = [
+        ("a", "127.1.0.2", "x-peer"),
+        ("b", "127.1.0.3", "x-peer"),
+        ("c", "127.1.0.4", "y-peer"),
     ];
-    let pods = vec![
-        pod_with_peer("a", "ns", "x-peer"),
-        pod_with_peer("b", "ns", "x-peer"),
-        pod_with_peer("c", "ns", "y-peer"),
-    ];
-    rings::assign(&mut members, &by_pod, &pods, &cms);
+    let mut members = ringless(&mut links, &list);
+    let moved = rings::merge(&mut members, &mut links, ["a".to_string()]);
+    assert_eq!(moved.len(), 2, "the rings reached from a: a and b, not c");
+    assert_eq!(members["c"].ring, "");
+    rings::merge(&mut members, &mut links, ["c".to_string()]);
     assert_eq!(members["a"].ring, members["b"].ring);
     assert_ne!(members["a"].ring, members["c"].ring);
     let key = members["a"].ring.clone();
     // A newcomer joining through the same file keeps the ring's key.
-    let mut d = member("d", "ns", true);
-    d.ip = "127.1.0.5".into();
-    d.ring = String::new();
-    members.insert("d".into(), d);
-    by_pod.insert("d".into(), "d".into());
-    let mut pods = pods;
-    pods.push(pod_with_peer("d", "ns", "x-peer"));
-    rings::assign(&mut members, &by_pod, &pods, &cms);
-    assert_eq!(members["d"].ring, key);
+    members.extend(ringless(&mut links, &[("d", "127.1.0.5", "x-peer")]));
+    let moved = rings::merge(&mut members, &mut links, ["d".to_string()]);
+    assert_eq!(moved, [("d".to_string(), String::new())]);
     assert_eq!(members["a"].ring, key);
     // Once in a ring, members stay in it when the file names someone else.
-    let moved = vec![
-        cms[1].clone(),
-        Arc::new(
-            json!({"metadata": {"namespace": "ns", "name": "x-peer"}, "data": {"peer-ip": "10.9.9.9"}}),
-        ),
-    ];
-    rings::assign(&mut members, &by_pod, &pods, &moved);
+    let readers = links.set_config_map("cm-x-peer", Some(&peer_cm("x-peer", "10.9.9.9")));
+    assert_eq!(readers.len(), 3, "a, b and d read x-peer");
+    for id in &readers {
+        links.learn(&members[id]);
+    }
+    assert!(rings::merge(&mut members, &mut links, readers).is_empty());
     assert!(["a", "b", "d"].iter().all(|m| members[*m].ring == key));
     assert_ne!(members["c"].ring, key);
+    // A file naming an address joins its reader to the member that takes the address later:
+    // the newcomer is linked from a reader it does not know.
+    let readers = links.set_config_map("cm-y-peer", Some(&peer_cm("y-peer", "127.1.0.9")));
+    assert_eq!(readers, ["c"]);
+    links.learn(&members["c"]);
+    rings::merge(&mut members, &mut links, readers);
+    members.extend(ringless(&mut links, &[("e", "127.1.0.9", "z-peer")]));
+    rings::merge(&mut members, &mut links, ["e".to_string()]);
+    assert_eq!(members["e"].ring, members["c"].ring);
+    // A file whose addresses did not change touches no reader.
+    let same = links.set_config_map("cm-y-peer", Some(&peer_cm("y-peer", "127.1.0.9")));
+    assert!(same.is_empty());
 }
 
 /// Between world changes only a running election's clock moves a group, so a tick does
@@ -610,8 +623,7 @@ async fn a_pass_over_the_changed_pods_tracks_members_as_a_full_pass_does() {
     let mut stopped = (*b).clone();
     stopped["status"]["phase"] = json!("Failed");
     let stopped = Arc::new(stopped);
-    let world = vec![a.clone(), stopped.clone(), c.clone(), twin.clone()];
-    hub.step_changed((&world, &cms), &[("u2".to_string(), Some(stopped))]);
+    hub.step_changed(&[("u2".to_string(), Some(stopped))], &[]);
     let (_, _, alive, total) = census_of(&hub, "u1");
     assert_eq!(
         (alive, total),
@@ -619,8 +631,7 @@ async fn a_pass_over_the_changed_pods_tracks_members_as_a_full_pass_does() {
         "a stopped pod's member is Confirmed"
     );
 
-    let world = vec![b.clone(), c.clone(), twin.clone()];
-    hub.step_changed((&world, &cms), &[("u1".to_string(), None)]);
+    hub.step_changed(&[("u1".to_string(), None)], &[]);
     assert!(
         hub.census("u1").is_none(),
         "a deleted pod's supervisor is gone"
@@ -674,4 +685,156 @@ async fn every_change_of_a_health_checks_answer_is_reported() {
     assert_eq!(check(&hub, before), ["h2"]);
     assert_eq!(answers(&hub), [true, true, false]);
     hub.shutdown();
+}
+
+/// Members by id with their health, and the groups as sets of member ids with their
+/// election status: what two hubs must agree on, whatever keys their rings got.
+type Seen = (
+    BTreeMap<String, Health>,
+    BTreeSet<(Vec<String>, &'static str, &'static str)>,
+);
+
+fn seen(hub: &Hub) -> Seen {
+    let st = hub.state();
+    let members = st
+        .members
+        .iter()
+        .map(|(id, m)| (id.clone(), m.health))
+        .collect();
+    let groups = st
+        .index
+        .iter()
+        .map(|(key, ids)| {
+            let mut ids = ids.clone();
+            ids.sort();
+            let g = st.groups.get(key).cloned().unwrap_or_default();
+            (ids, g.status.as_str(), g.update_status.as_str())
+        })
+        .collect();
+    (members, groups)
+}
+
+/// A pass told only what changed ([`Hub::step_changed`]) must leave the hub as a pass over the
+/// whole world ([`Hub::step`]) does: the same members, healths, rings and elections. Two hubs
+/// see the same random sequence of pods starting, stopping, restarting at new addresses and
+/// being deleted, and of peer files changing. Two pods share a member id with others, and two
+/// keep `/hab/sup` on a claim (they restore their member list); now and then the elections'
+/// time passes.
+#[tokio::test]
+async fn a_pass_over_what_changed_derives_the_rings_a_pass_over_the_world_does() {
+    let id_mount = json!({"volumeMounts": [{"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
+        "subPath": "MEMBER_ID"}]});
+    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
+        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]);
+    let disk_mount = json!({"volumeMounts": [{"name": "data", "mountPath": "/hab/sup"}]});
+    let claim = |k: usize| json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-s{k}")}}]);
+    let ip = |i: u64| format!("127.249.0.{}", 2 + i);
+    for seed in [23770u64, 39608, 55446, 79203] {
+        let mut rng = seed;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        // Pod slots: (uid, the pod as it is now).
+        let mut slots: Vec<Option<(String, Arc<Value>)>> = vec![None; 12];
+        let mut files: BTreeMap<String, Arc<Value>> = BTreeMap::new();
+        let (incremental, whole) = (Arc::new(Hub::default()), Arc::new(Hub::default()));
+        // The claims' member ids, which a first start draws at random, are the same in both.
+        for hub in [&incremental, &whole] {
+            for k in [10, 11] {
+                let disk = Disk {
+                    member_id: format!("d{k}"),
+                    peers: vec![],
+                };
+                hub.state().disks.insert(format!("ns/data-s{k}"), disk);
+            }
+        }
+        let mut uids = 0;
+        for round in 0..500 {
+            let mut pods_changed = Vec::new();
+            let mut cms_changed = Vec::new();
+            for _ in 0..1 + next(3) {
+                if next(4) == 0 {
+                    let name = format!("p{}", next(3));
+                    let key = format!("cm-{name}");
+                    if next(5) == 0 {
+                        files.remove(&key);
+                        cms_changed.push((key, None));
+                    } else {
+                        let named: Vec<String> = (0..1 + next(2)).map(|_| ip(next(16))).collect();
+                        let cm = Arc::new(peer_cm(&name, &named.join("\n")));
+                        files.insert(key.clone(), cm.clone());
+                        cms_changed.push((key, Some(cm)));
+                    }
+                    continue;
+                }
+                let k = next(12) as usize;
+                match slots[k].take() {
+                    None => {
+                        let used: HashSet<&str> = slots
+                            .iter()
+                            .flatten()
+                            .filter_map(|(_, p)| p["status"]["podIP"].as_str())
+                            .collect();
+                        let Some(free) = (0..16)
+                            .map(ip)
+                            .find(|a| !used.contains(a.as_str()) && next(3) != 0)
+                        else {
+                            continue;
+                        };
+                        uids += 1;
+                        let uid = format!("u{uids}");
+                        let (mount, volume) = match k {
+                            10.. => (disk_mount.clone(), claim(k)),
+                            _ => (id_mount.clone(), id_volume.clone()),
+                        };
+                        let mut p = (*pod(&format!("s{k}"), &uid, &free, mount, volume)).clone();
+                        p["metadata"]["annotations"] = json!({"member": format!("m{}", k % 8)});
+                        p["spec"]["volumes"][0]["configMap"]["name"] = json!(format!("p{}", k % 3));
+                        let p = Arc::new(p);
+                        pods_changed.push((uid.clone(), Some(p.clone())));
+                        slots[k] = Some((uid, p));
+                    }
+                    Some((uid, p)) if p["status"]["phase"] == "Running" && next(2) == 0 => {
+                        let mut stopped = (*p).clone();
+                        stopped["status"]["phase"] = json!("Failed");
+                        let stopped = Arc::new(stopped);
+                        pods_changed.push((uid.clone(), Some(stopped.clone())));
+                        slots[k] = Some((uid, stopped));
+                    }
+                    Some((uid, _)) => pods_changed.push((uid, None)),
+                }
+            }
+            // In uid order, as the nodes' mirror lists them: of two pods with one member id
+            // starting together, both passes let the same one join.
+            let pods: BTreeMap<&String, Arc<Value>> = slots
+                .iter()
+                .flatten()
+                .map(|(u, p)| (u, p.clone()))
+                .collect();
+            let pods: Vec<Arc<Value>> = pods.into_values().collect();
+            let cms: Vec<Arc<Value>> = files.values().cloned().collect();
+            incremental.step_changed(&pods_changed, &cms_changed);
+            whole.step(Some((&pods, &cms)));
+            assert_eq!(
+                seen(&incremental),
+                seen(&whole),
+                "seed {seed}, round {round}"
+            );
+            if round % 100 == 99 {
+                std::thread::sleep(ELECTION_DURATION + Duration::from_millis(10));
+                incremental.step(None);
+                whole.step(None);
+                assert_eq!(
+                    seen(&incremental),
+                    seen(&whole),
+                    "seed {seed}, round {round}, elections due"
+                );
+            }
+        }
+        incremental.shutdown();
+        whole.shutdown();
+    }
 }
