@@ -62,22 +62,7 @@ fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> boo
 /// without the index knowing: tests set them directly) and runs every group's elections.
 #[cfg(test)]
 pub(super) fn elect(st: &mut State) {
-    st.index.clear();
-    st.dead.clear();
-    for m in st.members.values() {
-        if m.health != Health::Alive {
-            st.dead.insert(m.member_id.clone());
-        }
-        if !m.ring.is_empty() {
-            st.index
-                .entry(m.key())
-                .or_default()
-                .push(m.member_id.clone());
-        }
-    }
-    let index = &st.index;
-    st.groups.retain(|k, _| index.contains_key(k));
-    st.dirty = st.index.keys().cloned().collect();
+    st.reindex();
     run(st);
 }
 

@@ -559,10 +559,36 @@ impl State {
         reached
     }
 
-    /// Re-derives the rings around `touched` and files every member that moved, then applies
-    /// the rules that follow membership: newcomers' departures, forgetting, saved member lists,
-    /// and the elections of the groups that changed.
-    fn settle(&mut self, touched: Vec<String>, joined: &[String]) {
+    /// The group index, the dead and the persisted members from scratch, every group to hold
+    /// its elections again.
+    fn reindex(&mut self) {
+        self.index.clear();
+        self.dead.clear();
+        self.persisted.clear();
+        for m in self.members.values() {
+            if m.health != Health::Alive {
+                self.dead.insert(m.member_id.clone());
+            }
+            if m.disk.is_some() || m.restored_peers.is_some() {
+                self.persisted.insert(m.member_id.clone());
+            }
+            if !m.ring.is_empty() {
+                self.index
+                    .entry(m.key())
+                    .or_default()
+                    .push(m.member_id.clone());
+            }
+        }
+        let index = &self.index;
+        self.groups.retain(|k, _| index.contains_key(k));
+        self.dirty = self.index.keys().cloned().collect();
+    }
+
+    /// Re-derives the rings around `touched` and files every member that moved (`whole`: every
+    /// member, from scratch, and every group holds its elections), then applies the rules that
+    /// follow membership: newcomers' departures, forgetting, saved member lists, and the
+    /// elections of the groups that changed.
+    fn settle(&mut self, touched: Vec<String>, joined: &[String], whole: bool) {
         let moved = rings::merge(&mut self.members, &mut self.links, touched);
         for (id, old) in moved {
             let key = self
@@ -571,6 +597,9 @@ impl State {
                 .filter(|_| !old.is_empty())
                 .map(|m| (format!("{}/{old}", m.namespace), m.service_group()));
             self.regroup(&id, key);
+        }
+        if whole {
+            self.reindex();
         }
         self.depart_for_newcomers(joined);
         self.forget();
@@ -621,8 +650,8 @@ impl Hub {
     }
 
     /// One pass over the whole world (`Some((pods, config_maps))`, every pod and ConfigMap the
-    /// nodes see): track members, open and close gateways, read every peer file and derive
-    /// every ring again, then run the elections of the groups that changed. `None`: nothing
+    /// nodes see): track members, open and close gateways, read every peer file, derive every
+    /// ring and group again and run every group's elections. `None`: nothing
     /// changed, only the elections' clocks move ([`elect::tick`]). A pass over the world costs
     /// the world; [`Hub::step_changed`] costs what changed.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
@@ -665,7 +694,7 @@ impl Hub {
                 links.learn(m);
             }
         }
-        st.settle(alive, &joined);
+        st.settle(alive, &joined, true);
     }
 
     /// A pass told what changed since the last one: the pods (`pods`) and the ConfigMaps
@@ -701,7 +730,7 @@ impl Hub {
                 links.learn(m);
             }
         }
-        st.settle(touched, &joined);
+        st.settle(touched, &joined, false);
     }
 
     /// One pod as it is now: its supervisor stops when the pod no longer runs, starts when it
