@@ -61,8 +61,9 @@ fn remove_from(map: &mut HashMap<Place, HashSet<String>>, key: Place, id: &str) 
 /// know an address.
 #[derive(Debug, Default)]
 pub(super) struct Links {
-    /// Peer files' addresses, by (namespace, ConfigMap name): ConfigMaps with `peer-ip` only.
-    peer_files: HashMap<Place, Vec<String>>,
+    /// Peer files' addresses, by (namespace, ConfigMap name), with the key of the ConfigMap
+    /// that holds them: ConfigMaps with `peer-ip` only.
+    peer_files: HashMap<Place, (String, Vec<String>)>,
     /// Where each of those ConfigMaps is, by its key (a deletion names only the key).
     peer_file_places: HashMap<String, Place>,
     /// Alive members by (namespace, IP).
@@ -82,10 +83,15 @@ impl Links {
     /// Returns the alive members that mount it, when the addresses it names changed: they
     /// must [`Links::learn`] again.
     pub fn set_config_map(&mut self, key: &str, cm: Option<&Value>) -> Vec<String> {
-        let old_place = self.peer_file_places.remove(key);
-        let old = old_place
-            .as_ref()
-            .and_then(|p| self.peer_files.remove(p).map(|a| (p.clone(), a)));
+        // A ConfigMap deleted and made again under its name has a new key: the old one's
+        // deletion, seen after, removes nothing of it.
+        let old = self.peer_file_places.remove(key).and_then(|p| {
+            match self.peer_files.get(&p) {
+                Some((holder, _)) if holder == key => {}
+                _ => return None,
+            }
+            self.peer_files.remove(&p).map(|(_, a)| (p, a))
+        });
         let new = cm.and_then(|c| {
             peer_file_addresses(c).map(|a| {
                 let place = (meta::namespace(c).to_string(), meta::name(c).to_string());
@@ -96,7 +102,8 @@ impl Links {
         let mut places: Vec<Place> = old.map(|(p, _)| p).into_iter().collect();
         if let Some((place, addresses)) = new {
             self.peer_file_places.insert(key.to_string(), place.clone());
-            self.peer_files.insert(place.clone(), addresses);
+            self.peer_files
+                .insert(place.clone(), (key.to_string(), addresses));
             places.push(place);
         }
         if unchanged {
@@ -169,7 +176,7 @@ impl Links {
                 .mounts
                 .iter()
                 .filter_map(|name| self.peer_files.get(&(ns.clone(), name.clone())))
-                .flatten()
+                .flat_map(|(_, addresses)| addresses)
                 .cloned()
                 .collect(),
         };

@@ -521,6 +521,13 @@ fn rings_follow_the_peer_files_and_keep_their_key_when_members_join() {
     // A file whose addresses did not change touches no reader.
     let same = links.set_config_map("cm-y-peer", Some(&peer_cm("y-peer", "127.1.0.9")));
     assert!(same.is_empty());
+    // y-peer deleted and made again (a new uid) in one pass, its deletion seen last: the new
+    // file stands.
+    let mut again = peer_cm("y-peer", "127.1.0.4");
+    again["metadata"]["uid"] = json!("cm-y-peer-2");
+    assert_eq!(links.set_config_map("cm-y-peer-2", Some(&again)), ["c"]);
+    assert!(links.set_config_map("cm-y-peer", None).is_empty());
+    assert_eq!(links.set_config_map("cm-y-peer-2", None), ["c"]);
 }
 
 /// Between world changes only a running election's clock moves a group, so a tick does
