@@ -121,12 +121,34 @@ fn assets() -> Option<PathBuf> {
     None
 }
 
-/// A free loopback port.
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
+/// A free loopback port, never one this process handed out before. The port is free when it
+/// is picked, not when its server binds it, and the kernel may give the port it just freed to
+/// the next `bind(0)`: two operators of one test were once given the same port, the second
+/// could not bind it and exited, and the test read the first one's `/readyz` as the second's.
+pub fn free_port() -> Result<u16, String> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    unseen_port(&mut given, || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free port: {e}"))
+    })
+}
+
+/// The first port `pick` gives that is not in `given`, added to it.
+fn unseen_port(
+    given: &mut std::collections::BTreeSet<u16>,
+    mut pick: impl FnMut() -> Result<u16, String>,
+) -> Result<u16, String> {
+    for _ in 0..100 {
+        let port = pick()?;
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err("no free port this process has not handed out already".to_string())
 }
 
 /// A random token for tokens.csv.
@@ -838,5 +860,18 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_port_handed_out_once_is_not_handed_out_again() {
+        let mut given = std::collections::BTreeSet::new();
+        let mut picks = [41000u16, 41000, 41000, 41001].into_iter();
+        let mut pick = || picks.next().ok_or_else(|| "none left".to_string());
+        assert_eq!(super::unseen_port(&mut given, &mut pick), Ok(41000));
+        assert_eq!(super::unseen_port(&mut given, &mut pick), Ok(41001));
+        assert!(super::unseen_port(&mut given, &mut pick).is_err());
     }
 }

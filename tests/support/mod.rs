@@ -83,12 +83,10 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A free loopback port.
+/// A free loopback port, never one this test process handed out before
+/// ([`control_plane::free_port`]).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(18099)
+    control_plane::free_port().expect("a free loopback port")
 }
 
 /// The examples that go into a test's namespace: all but `namespaced`, which names its own.
