@@ -601,16 +601,23 @@ async fn a_changed_peer_file_alone_joins_rings_and_an_unchanged_world_restarts_n
     hub.shutdown();
 }
 
+/// The container's volume mount and the pod's volume that project its `MEMBER_ID` file from
+/// its `member` annotation: a member id that survives the pod.
+fn member_id_from_annotation() -> (Value, Value) {
+    let mount = json!({"volumeMounts": [{"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
+        "subPath": "MEMBER_ID"}]});
+    let volume = json!([{"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
+        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]);
+    (mount, volume)
+}
+
 /// A pass told which pods changed ([`Hub::step_changed`]) tracks members as a pass over every
 /// pod does: a stopped pod's member is Confirmed, a deleted one's too, and a supervisor refused
 /// because a running one has its member id joins once that one is gone, with no change to its
 /// own pod.
 #[tokio::test]
 async fn a_pass_over_the_changed_pods_tracks_members_as_a_full_pass_does() {
-    let id_mount = json!({"volumeMounts": [{"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
-        "subPath": "MEMBER_ID"}]});
-    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
-        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]);
+    let (id_mount, id_volume) = member_id_from_annotation();
     let with_id = |name: &str, uid: &str, ip: &str, id: &str| {
         let mut p = (*pod(name, uid, ip, id_mount.clone(), id_volume.clone())).clone();
         p["metadata"]["annotations"] = json!({"member": id});
@@ -729,10 +736,7 @@ fn seen(hub: &Hub) -> Seen {
 /// time passes.
 #[tokio::test]
 async fn a_pass_over_what_changed_derives_the_rings_a_pass_over_the_world_does() {
-    let id_mount = json!({"volumeMounts": [{"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
-        "subPath": "MEMBER_ID"}]});
-    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
-        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]);
+    let (id_mount, id_volume) = member_id_from_annotation();
     let disk_mount = json!({"volumeMounts": [{"name": "data", "mountPath": "/hab/sup"}]});
     let claim = |k: usize| json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-s{k}")}}]);
     let ip = |i: u64| format!("127.249.0.{}", 2 + i);
