@@ -703,7 +703,11 @@ impl Hub {
     /// a pass costs what changed, not the world.
     pub fn step_changed(self: &Arc<Self>, pods: Changed<'_>, config_maps: Changed<'_>) {
         let mut st = self.state();
-        let mut touched = std::mem::take(&mut st.reached);
+        // Supervisors whose known addresses changed: those that left their restored member
+        // list, and (below) the readers of a changed peer file. Those that start learn theirs
+        // as they join.
+        let mut relearn = std::mem::take(&mut st.reached);
+        let mut started = Vec::new();
         let mut joined = Vec::new();
         // The refused pods as last seen, unless they changed since; in uid order.
         let mut look: BTreeMap<String, Option<Arc<Value>>> = std::mem::take(&mut st.refused)
@@ -718,18 +722,20 @@ impl Hub {
             }
         }
         for pod in look.values().flatten() {
-            self.look_at(&mut st, pod, &mut touched, &mut joined);
+            self.look_at(&mut st, pod, &mut started, &mut joined);
         }
         for (key, cm) in config_maps {
             let readers = st.links.set_config_map(key, cm.as_deref());
-            touched.extend(readers);
+            relearn.extend(readers);
         }
         let State { members, links, .. } = &mut *st;
-        for id in &touched {
+        for id in &relearn {
             if let Some(m) = members.get(id).filter(|m| m.health == Health::Alive) {
                 links.learn(m);
             }
         }
+        let mut touched = relearn;
+        touched.append(&mut started);
         st.settle(touched, &joined, false);
     }
 
