@@ -14,7 +14,8 @@ pub mod node;
 pub mod supervisor;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
@@ -95,8 +96,8 @@ impl std::fmt::Debug for Nodes {
 
 pub use node::refuse_real_nodes;
 
-/// The objects of one watch as JSON, kept in step with the watch events: each event
-/// serializes only the object it carries, so a change costs one object, not the whole store.
+/// The objects of one watch as JSON (what the supervisors read of them, [`Supervised`]), kept in
+/// step with the watch events: each event serializes only the object it carries, so a change costs one object, not the whole store.
 /// It also remembers which objects changed since [`JsonMirror::take_changed`] last asked.
 #[derive(Debug, Default)]
 pub struct JsonMirror {
@@ -194,8 +195,64 @@ fn key_of<K: kube::Resource>(o: &K) -> String {
     })
 }
 
-fn as_json<K: serde::Serialize>(o: &K) -> Option<Arc<Value>> {
-    serde_json::to_value(o).ok().map(Arc::new)
+/// How a watched object is kept for the supervisors: only what they read of it, as JSON.
+pub trait Supervised {
+    /// The parts of `self` the supervisors read.
+    fn supervised(&self) -> Option<Arc<Value>>;
+}
+
+/// The metadata the supervisors read: the object's identity, its labels and annotations (a
+/// downward-API volume may project any of them), its owners and whether it is being deleted.
+/// Not its `managedFields`, which on a real API server are most of a pod's metadata.
+fn supervised_meta(m: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        owner_references: m.owner_references.clone(),
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A pod as the supervisors read it (`supervisor::member_for`, `supervisor::identity`,
+/// `supervisor::rings`): its metadata, its containers and volumes, and its phase and IP. Not the
+/// rest of its status (conditions, every container's status), which the simulated kubelet
+/// rewrites as the pod starts, nor the rest of its spec: turned into JSON whole at each of its
+/// watch events, those were most of what the nodes' reflectors spent.
+impl Supervised for Pod {
+    fn supervised(&self) -> Option<Arc<Value>> {
+        let spec = self.spec.as_ref().map(|s| PodSpec {
+            containers: s.containers.clone(),
+            volumes: s.volumes.clone(),
+            ..PodSpec::default()
+        });
+        let status = self.status.as_ref().map(|s| PodStatus {
+            phase: s.phase.clone(),
+            pod_ip: s.pod_ip.clone(),
+            ..PodStatus::default()
+        });
+        let pod = Pod {
+            metadata: supervised_meta(&self.metadata),
+            spec,
+            status,
+        };
+        serde_json::to_value(pod).ok().map(Arc::new)
+    }
+}
+
+/// A ConfigMap as the supervisors read it (a peer file): its metadata and data.
+impl Supervised for ConfigMap {
+    fn supervised(&self) -> Option<Arc<Value>> {
+        let cm = ConfigMap {
+            metadata: supervised_meta(&self.metadata),
+            data: self.data.clone(),
+            ..ConfigMap::default()
+        };
+        serde_json::to_value(cm).ok().map(Arc::new)
+    }
 }
 
 /// The longest wait of the nodes' watches between two attempts.
@@ -235,7 +292,7 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 }
 
 /// A reflector over `api` whose every change bumps `version`, wakes `notify` and updates
-/// `mirror` (for the supervisors, returned) with the changed object only.
+/// `mirror` (for the supervisors, returned) with what they read of the changed object only.
 fn reflect<K>(
     api: Api<K>,
     version: Arc<AtomicU64>,
@@ -247,7 +304,7 @@ where
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
-        + serde::Serialize
+        + Supervised
         + Send
         + Sync
         + 'static,
@@ -266,7 +323,7 @@ where
                 Ok(event) => {
                     match event {
                         watcher::Event::Apply(o) => {
-                            if let Some(v) = as_json(&o) {
+                            if let Some(v) = o.supervised() {
                                 m.apply(key_of(&o), v);
                             }
                         }
@@ -275,7 +332,7 @@ where
                         }
                         watcher::Event::Init => relist = Some(BTreeMap::new()),
                         watcher::Event::InitApply(o) => {
-                            if let (Some(buf), Some(v)) = (relist.as_mut(), as_json(&o)) {
+                            if let (Some(buf), Some(v)) = (relist.as_mut(), o.supervised()) {
                                 buf.insert(key_of(&o), v);
                             }
                         }
@@ -396,6 +453,100 @@ impl Nodes {
 mod tests {
     use super::*;
     use kube::runtime::utils::Backoff;
+    use serde_json::json;
+
+    /// A pod as a real API server sends it to the nodes: with what the supervisors read (its
+    /// identity, labels and annotations, owner, containers, volumes, phase and IP) and with what
+    /// they do not (field managers, conditions, container statuses, the rest of the spec).
+    fn whole_pod(annotation: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1", "resourceVersion": "42",
+                "labels": {"habitat.sh/service": "web"}, "annotations": {"member": annotation},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "web", "uid": "s1"}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                    "apiVersion": "v1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:habitat.sh/service": {}}}}}]},
+            "spec": {"nodeName": "sandbox-node", "serviceAccountName": "default",
+                "containers": [{"name": "habitat-service", "image": "acme/web:1.2",
+                    "args": ["--group", "blue", "--topology", "leader", "--strategy", "rolling"],
+                    "env": [{"name": "HAB_LICENSE", "value": "accept-no-persist"}],
+                    "readinessProbe": {"httpGet": {"path": "/services/web/blue/health",
+                        "port": 9631}},
+                    "volumeMounts": [{"name": "peer", "mountPath": "/etc/habitat/peer"},
+                        {"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID",
+                            "subPath": "MEMBER_ID"}]}],
+                "volumes": [{"name": "peer", "configMap": {"name": "web-peer"}},
+                    {"name": "id", "downwardAPI": {"items": [{"path": "MEMBER_ID",
+                        "fieldRef": {"fieldPath": "metadata.annotations['member']"}}]}}]},
+            "status": {"phase": "Running", "podIP": "10.1.0.5", "hostIP": "127.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "habitat-service", "image": "acme/web:1.2",
+                    "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .expect("a valid pod")
+    }
+
+    /// The nodes keep only part of each pod for the supervisors ([`Supervised`]): the
+    /// supervisors must make the same of it as of the whole pod.
+    #[test]
+    fn the_supervisors_read_the_same_of_a_kept_pod_as_of_the_whole() {
+        let whole = whole_pod("m1");
+        let kept = whole.supervised().expect("a pod as JSON");
+        let full = serde_json::to_value(&whole).expect("a pod as JSON");
+        let read = |pod: &Value| {
+            let m = supervisor::member_for(pod).expect("a supervised pod");
+            let seen = (m.pod, m.pod_uid, m.namespace, m.ip, m.service, m.group);
+            let more = (m.leader_topology, m.strategy, m.package, m.mounts);
+            (seen, more, supervisor::identity::identity(pod))
+        };
+        assert_eq!(read(&kept), read(&full));
+        let (seen, more, identity) = read(&kept);
+        assert_eq!(seen.4, "web");
+        assert_eq!(seen.3, "10.1.0.5");
+        assert_eq!(more.3, vec!["web-peer".to_string()]);
+        assert_eq!(
+            identity,
+            supervisor::identity::Identity::Projected("m1".into())
+        );
+        assert_eq!(
+            kept["status"],
+            json!({"phase": "Running", "podIP": "10.1.0.5"})
+        );
+        assert!(kept["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            kept["spec"]
+                .as_object()
+                .map(|s| s.keys().cloned().collect::<Vec<_>>()),
+            Some(vec!["containers".to_string(), "volumes".to_string()])
+        );
+
+        let mut deleting = whole_pod("m1");
+        deleting.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-12-05T14:00:00Z")).expect("a time");
+        let kept = deleting.supervised().expect("a pod as JSON");
+        assert!(
+            crate::meta::is_deleting(&kept),
+            "a pod being deleted stops its supervisor"
+        );
+    }
+
+    /// A peer file is kept with its data and identity, without its field managers.
+    #[test]
+    fn a_kept_config_map_has_its_data() {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "web-peer", "namespace": "ns", "uid": "c1",
+                "managedFields": [{"manager": "habitat-operator", "operation": "Apply"}]},
+            "data": {"peer-ip": "10.1.0.5"}
+        }))
+        .expect("a valid ConfigMap");
+        assert_eq!(
+            cm.supervised().as_deref(),
+            Some(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "web-peer", "namespace": "ns", "uid": "c1"},
+                "data": {"peer-ip": "10.1.0.5"}}))
+        );
+    }
 
     #[test]
     fn a_mirror_names_what_changed_since_it_was_last_asked() {
