@@ -249,6 +249,55 @@ impl Ground {
         }
     }
 
+    /// Waits until kube-controller-manager is done with the deleted namespace `name` and its
+    /// StatefulSet controller has its request budget back: until, in the last [`SETTLED`], it
+    /// has sent fewer than [`SETTLED_REQUESTS`] requests about objects of that namespace or
+    /// from its StatefulSet controller, Events aside (at most `timeout`).
+    ///
+    /// Its clients have a budget of 200 requests refilled at 100 a second (`--kube-api-qps`,
+    /// `--kube-api-burst` in tests/support/control_plane.rs), and the StatefulSet controller,
+    /// which creates every pod, runs at that limit at N = 100. While a namespace terminates,
+    /// that controller goes on trying to create the pods of its StatefulSets (each refused) and
+    /// empties its budget: a run that started at once had its pods created at about 90 a second
+    /// for the whole run, one that started with a full budget at about 150 (docs/performance.md,
+    /// twenty-third pass). Two seconds with almost nothing sent fill the budget again. What
+    /// stays after a namespace goes is a trickle of retries that find nothing, a few a second,
+    /// and the Event recorder's retries of Events refused in a namespace that is gone: neither
+    /// is waited for. Returns how long it waited, or None on the sandbox, whose controllers run
+    /// in this process and have no budget.
+    pub async fn settle(&self, name: &str, timeout: Duration) -> Result<Option<Duration>, String> {
+        let Server::Real { cp, .. } = &self.server else {
+            return Ok(None);
+        };
+        let path = cp.audit_log();
+        let began = std::time::Instant::now();
+        let mut offset = std::fs::metadata(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .len();
+        let namespace = format!("\"namespace\":\"{name}\"");
+        // The requests seen at each look, newest last.
+        let mut seen: std::collections::VecDeque<(std::time::Instant, usize)> = Default::default();
+        loop {
+            let (p, ns) = (path.clone(), namespace.clone());
+            let (next, count) =
+                tokio::task::spawn_blocking(move || controllers_requests(&p, offset, &ns))
+                    .await
+                    .map_err(|e| e.to_string())??;
+            offset = next;
+            let now = std::time::Instant::now();
+            seen.push_back((now, count));
+            while seen.front().is_some_and(|(at, _)| now - *at > SETTLED) {
+                seen.pop_front();
+            }
+            let recent: usize = seen.iter().map(|(_, n)| n).sum();
+            let watched = now - began >= SETTLED;
+            if (watched && recent < SETTLED_REQUESTS) || now - began >= timeout {
+                return Ok(Some(now - began));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// What the clients whose User-Agent contains `agent` asked so far, by (verb, resource).
     pub async fn requests(&self, agent: &str) -> Result<Counts, String> {
         match &self.server {
@@ -307,6 +356,54 @@ impl Ground {
                 }
                 drop(cp);
             }
+        }
+    }
+}
+
+/// The window over which [`Ground::settle`] counts kube-controller-manager's requests about a
+/// deleted namespace and its StatefulSet controller's, and how many they may be once it is done.
+pub const SETTLED: Duration = Duration::from_secs(2);
+pub const SETTLED_REQUESTS: usize = 20;
+/// How kube-controller-manager's StatefulSet controller ends its User-Agent.
+const STATEFULSET_CONTROLLER: &str = "/statefulset-controller\"";
+
+/// The requests of kube-controller-manager about objects of the namespace that `namespace`
+/// matches (`"namespace":"NAME"`) or from its StatefulSet controller, other than Events, in the
+/// audit log's complete lines from byte `offset` on (each counted at its `RequestReceived`
+/// stage); and the offset after the last complete line.
+fn controllers_requests(path: &Path, offset: u64, namespace: &str) -> Result<(u64, usize), String> {
+    use std::io::{BufRead, Seek};
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.seek(std::io::SeekFrom::Start(offset))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::new(file);
+    let (mut at, mut count) = (offset, 0);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_line(&mut line)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // The end, or a line the server is still writing: read it whole next time.
+        if n == 0 || !line.ends_with('\n') {
+            return Ok((at, count));
+        }
+        at += n as u64;
+        if !(line.contains(namespace) || line.contains(STATEFULSET_CONTROLLER))
+            || !line.contains("kube-controller-manager")
+            || !line.contains("\"RequestReceived\"")
+        {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let agent = v["userAgent"].as_str().unwrap_or_default();
+        if v["stage"] == "RequestReceived"
+            && agent.starts_with("kube-controller-manager")
+            && v["objectRef"]["resource"] != "events"
+        {
+            count += 1;
         }
     }
 }

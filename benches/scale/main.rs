@@ -166,12 +166,24 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<Fl
         .delete_namespace(&driver, ns, Duration::from_secs(600))
         .await?;
     match left {
-        None => eprintln!(
-            "{}: the {}'s namespace was gone after {:.1} s",
-            ground.kind.name(),
-            kind.name(),
-            began.elapsed().as_secs_f64()
-        ),
+        None => {
+            let gone = began.elapsed().as_secs_f64();
+            // Nor should the controllers' work on what the namespace held overlap the next run.
+            match ground.settle(ns, Duration::from_secs(60)).await? {
+                Some(settled) => eprintln!(
+                    "{}: the {}'s namespace was gone after {gone:.1} s, and \
+                     kube-controller-manager done with it {:.1} s later",
+                    ground.kind.name(),
+                    kind.name(),
+                    settled.as_secs_f64()
+                ),
+                None => eprintln!(
+                    "{}: the {}'s namespace was gone after {gone:.1} s",
+                    ground.kind.name(),
+                    kind.name()
+                ),
+            }
+        }
         // A measurement beside them would not be the operator's alone.
         Some(left) => {
             return Err(format!(
