@@ -363,6 +363,7 @@ impl Ground {
 /// The window over which [`Ground::settle`] counts kube-controller-manager's requests about a
 /// deleted namespace and its StatefulSet controller's, and how many they may be once it is done.
 pub const SETTLED: Duration = Duration::from_secs(2);
+/// See [`SETTLED`].
 pub const SETTLED_REQUESTS: usize = 20;
 /// How kube-controller-manager's StatefulSet controller ends its User-Agent.
 const STATEFULSET_CONTROLLER: &str = "/statefulset-controller\"";

@@ -97,8 +97,9 @@ impl std::fmt::Debug for Nodes {
 pub use node::refuse_real_nodes;
 
 /// The objects of one watch as JSON (what the supervisors read of them, [`Supervised`]), kept in
-/// step with the watch events: each event serializes only the object it carries, so a change costs one object, not the whole store.
-/// It also remembers which objects changed since [`JsonMirror::take_changed`] last asked.
+/// step with the watch events: each event serializes only the object it carries, so a change
+/// costs one object, not the whole store. It also remembers which objects changed since
+/// [`JsonMirror::take_changed`] last asked.
 #[derive(Debug, Default)]
 pub struct JsonMirror {
     state: Mutex<Mirrored>,
