@@ -14,8 +14,8 @@ pub mod node;
 pub mod supervisor;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
@@ -202,57 +202,108 @@ pub trait Supervised {
     fn supervised(&self) -> Option<Arc<Value>>;
 }
 
-/// The metadata the supervisors read: the object's identity, its labels and annotations (a
-/// downward-API volume may project any of them), its owners and whether it is being deleted.
-/// Not its `managedFields`, which on a real API server are most of a pod's metadata.
-fn supervised_meta(m: &ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        name: m.name.clone(),
-        namespace: m.namespace.clone(),
-        uid: m.uid.clone(),
-        labels: m.labels.clone(),
-        annotations: m.annotations.clone(),
-        owner_references: m.owner_references.clone(),
-        deletion_timestamp: m.deletion_timestamp.clone(),
-        ..ObjectMeta::default()
+/// The metadata the supervisors read, borrowed from the object: its identity, its labels and
+/// annotations (a downward-API volume may project any of them), its owners and whether it is
+/// being deleted. Not its `managedFields`, which on a real API server are most of a pod's
+/// metadata.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KeptMeta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_references: Option<&'a Vec<OwnerReference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<&'a Time>,
+}
+
+impl<'a> KeptMeta<'a> {
+    fn of(m: &'a ObjectMeta) -> Self {
+        KeptMeta {
+            name: m.name.as_ref(),
+            namespace: m.namespace.as_ref(),
+            uid: m.uid.as_ref(),
+            labels: m.labels.as_ref(),
+            annotations: m.annotations.as_ref(),
+            owner_references: m.owner_references.as_ref(),
+            deletion_timestamp: m.deletion_timestamp.as_ref(),
+        }
     }
 }
 
 /// A pod as the supervisors read it (`supervisor::member_for`, `supervisor::identity`,
-/// `supervisor::rings`): its metadata, its containers and volumes, and its phase and IP. Not the
-/// rest of its status (conditions, every container's status), which the simulated kubelet
-/// rewrites as the pod starts, nor the rest of its spec: turned into JSON whole at each of its
-/// watch events, those were most of what the nodes' reflectors spent.
+/// `supervisor::rings`), borrowed from the pod.
+#[derive(serde::Serialize)]
+struct KeptPod<'a> {
+    metadata: KeptMeta<'a>,
+    spec: KeptSpec<'a>,
+    status: KeptStatus<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct KeptSpec<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    containers: Option<&'a Vec<Container>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    volumes: Option<&'a Vec<Volume>>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KeptStatus<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<&'a String>,
+    #[serde(rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pod_ip: Option<&'a String>,
+}
+
+/// A pod as the supervisors read it: its metadata, its containers and volumes, and its phase
+/// and IP. Not the rest of its status (conditions, every container's status), which the
+/// simulated kubelet rewrites as the pod starts, nor the rest of its spec: turned into JSON
+/// whole at each of its watch events, those were most of what the nodes' reflectors spent.
+/// Serialized from borrows, without a copy of the pod.
 impl Supervised for Pod {
     fn supervised(&self) -> Option<Arc<Value>> {
-        let spec = self.spec.as_ref().map(|s| PodSpec {
-            containers: s.containers.clone(),
-            volumes: s.volumes.clone(),
-            ..PodSpec::default()
-        });
-        let status = self.status.as_ref().map(|s| PodStatus {
-            phase: s.phase.clone(),
-            pod_ip: s.pod_ip.clone(),
-            ..PodStatus::default()
-        });
-        let pod = Pod {
-            metadata: supervised_meta(&self.metadata),
-            spec,
-            status,
+        let spec = self.spec.as_ref();
+        let status = self.status.as_ref();
+        let kept = KeptPod {
+            metadata: KeptMeta::of(&self.metadata),
+            spec: KeptSpec {
+                containers: spec.map(|s| &s.containers),
+                volumes: spec.and_then(|s| s.volumes.as_ref()),
+            },
+            status: KeptStatus {
+                phase: status.and_then(|s| s.phase.as_ref()),
+                pod_ip: status.and_then(|s| s.pod_ip.as_ref()),
+            },
         };
-        serde_json::to_value(pod).ok().map(Arc::new)
+        serde_json::to_value(kept).ok().map(Arc::new)
     }
 }
 
 /// A ConfigMap as the supervisors read it (a peer file): its metadata and data.
+#[derive(serde::Serialize)]
+struct KeptConfigMap<'a> {
+    metadata: KeptMeta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a BTreeMap<String, String>>,
+}
+
 impl Supervised for ConfigMap {
     fn supervised(&self) -> Option<Arc<Value>> {
-        let cm = ConfigMap {
-            metadata: supervised_meta(&self.metadata),
-            data: self.data.clone(),
-            ..ConfigMap::default()
+        let kept = KeptConfigMap {
+            metadata: KeptMeta::of(&self.metadata),
+            data: self.data.as_ref(),
         };
-        serde_json::to_value(cm).ok().map(Arc::new)
+        serde_json::to_value(kept).ok().map(Arc::new)
     }
 }
 
@@ -543,9 +594,10 @@ mod tests {
         .expect("a valid ConfigMap");
         assert_eq!(
             cm.supervised().as_deref(),
-            Some(&json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "web-peer", "namespace": "ns", "uid": "c1"},
-                "data": {"peer-ip": "10.1.0.5"}}))
+            Some(
+                &json!({"metadata": {"name": "web-peer", "namespace": "ns", "uid": "c1"},
+                "data": {"peer-ip": "10.1.0.5"}})
+            )
         );
     }
 
