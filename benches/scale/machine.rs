@@ -1,26 +1,42 @@
 //! The machine around a run: how much CPU went to processes other than the benchmark's own (the
 //! benchmark with its simulated nodes, the control plane it started, the operator), so that a
 //! run made beside a build says so. On this project's shared 2-core machine that was the
-//! largest source of difference between days (docs/performance.md, fourteenth pass).
+//! largest source of difference between days (docs/performance.md, fourteenth pass). And how
+//! much went to the control plane the benchmark started (kube-apiserver, etcd,
+//! kube-controller-manager): what each run cost the server, whoever made the requests.
 
 use crate::operator::clock_ticks;
 
-/// CPU time so far, in seconds: the whole machine's busy time and this process tree's.
+/// The processes of the real ground's control plane, by the command names /proc gives them
+/// (at most 15 bytes: `kube-controller-manager` is `kube-controller`).
+const CONTROL_PLANE: [&str; 3] = ["kube-apiserver", "etcd", "kube-controller"];
+
+/// CPU time so far, in seconds: the whole machine's busy time, this process tree's, and that of
+/// the control plane within it.
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {
     busy: f64,
     own: f64,
+    control_plane: f64,
     at: std::time::Instant,
 }
 
 impl Sample {
     /// Now; `None` where /proc cannot say.
     pub fn now() -> Option<Sample> {
+        let (own, control_plane) = tree_cpu(std::process::id())?;
         Some(Sample {
             busy: machine_busy()?,
-            own: tree_cpu(std::process::id())?,
+            own,
+            control_plane,
             at: std::time::Instant::now(),
         })
+    }
+
+    /// The CPU seconds the control plane spent from `self` until `later` (none on the sandbox
+    /// ground, whose server runs inside the benchmark).
+    pub fn control_plane_until(&self, later: &Sample) -> f64 {
+        (later.control_plane - self.control_plane).max(0.0)
     }
 
     /// The cores that other processes kept busy on average from `self` until `later`.
@@ -82,8 +98,8 @@ impl StatTicks {
 }
 
 /// CPU seconds of `root` and its descendants, the reaped ones included (their time is in their
-/// parent's `cutime` and `cstime`).
-fn tree_cpu(root: u32) -> Option<f64> {
+/// parent's `cutime` and `cstime`), and of the control plane's processes among them.
+fn tree_cpu(root: u32) -> Option<(f64, f64)> {
     let mut parent_and_ticks = vec![];
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
@@ -99,13 +115,17 @@ fn tree_cpu(root: u32) -> Option<f64> {
         let Some(t) = StatTicks::parse(&stat) else {
             continue;
         };
-        parent_and_ticks.push((pid, t.ppid, t.utime + t.stime + t.cutime + t.cstime));
+        let server = stat
+            .split_once('(')
+            .and_then(|(_, rest)| rest.rsplit_once(')'))
+            .is_some_and(|(name, _)| CONTROL_PLANE.contains(&name));
+        parent_and_ticks.push((pid, t.ppid, t.utime + t.stime + t.cutime + t.cstime, server));
     }
     let mut tree = std::collections::HashSet::from([root]);
     // Parents before children is not guaranteed by /proc's order: grow until nothing joins.
     loop {
         let before = tree.len();
-        for (pid, ppid, _) in &parent_and_ticks {
+        for (pid, ppid, _, _) in &parent_and_ticks {
             if tree.contains(ppid) {
                 tree.insert(*pid);
             }
@@ -114,10 +134,15 @@ fn tree_cpu(root: u32) -> Option<f64> {
             break;
         }
     }
-    let ticks: f64 = parent_and_ticks
+    let (mut ticks, mut server) = (0.0, 0.0);
+    for (_, _, t, is_server) in parent_and_ticks
         .iter()
-        .filter(|(pid, _, _)| tree.contains(pid))
-        .map(|(_, _, t)| t)
-        .sum();
-    Some(ticks / clock_ticks())
+        .filter(|(pid, ..)| tree.contains(pid))
+    {
+        ticks += t;
+        if *is_server {
+            server += t;
+        }
+    }
+    Some((ticks / clock_ticks(), server / clock_ticks()))
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind};
-use report::{Breakdown, Measurement, Others, Restart};
+use report::{Breakdown, Measurement, PerRun, Restart};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
@@ -131,6 +131,21 @@ struct FloorRun {
     writes: u64,
     /// The cores other processes kept busy meanwhile.
     others: Option<f64>,
+    /// The control plane's CPU seconds meanwhile.
+    control_plane_s: Option<f64>,
+}
+
+/// From `before` until now: the cores other processes kept busy, and the control plane's CPU
+/// seconds when `real` (the sandbox's server runs inside the benchmark).
+fn usage(before: Option<machine::Sample>, real: bool) -> (Option<f64>, Option<f64>) {
+    let now = machine::Sample::now();
+    let between = before.zip(now);
+    (
+        between.map(|(a, b)| a.others_until(&b)),
+        between
+            .filter(|_| real)
+            .map(|(a, b)| a.control_plane_until(&b)),
+    )
 }
 
 /// The floor `kind` on `ground`.
@@ -150,9 +165,7 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<Fl
         timeout(n),
     )
     .await?;
-    let others = before
-        .zip(machine::Sample::now())
-        .map(|(a, b)| a.others_until(&b));
+    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
     let counts = ground.requests(kind.agent()).await?;
     let writes = Breakdown::between(&Default::default(), &counts).writes;
     // The required floor's finalizers would hold its namespace (the driver's writes).
@@ -197,6 +210,7 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<Fl
         secs: took.as_secs_f64(),
         writes,
         others,
+        control_plane_s,
     })
 }
 
@@ -293,9 +307,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
-    let others = before
-        .zip(machine::Sample::now())
-        .map(|(a, b)| a.others_until(&b));
+    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
     op.check_running()?;
     let (cpu_to_ready, _) = op.usage()?;
     let metrics = op.metrics().await?;
@@ -331,11 +343,17 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         required_writes: required.as_ref().map(|r| r.writes),
         warm_up: warm_up.as_ref().map(|(w, r)| (*w, r.secs)),
         restart,
-        others: Others {
-            warm_up: warm_up.and_then(|(_, r)| r.others),
-            required_floor: required.and_then(|r| r.others),
-            floor: plain.and_then(|r| r.others),
+        others: PerRun {
+            warm_up: warm_up.as_ref().and_then(|(_, r)| r.others),
+            required_floor: required.as_ref().and_then(|r| r.others),
+            floor: plain.as_ref().and_then(|r| r.others),
             operator: others,
+        },
+        control_plane_cpu_s: PerRun {
+            warm_up: warm_up.and_then(|(_, r)| r.control_plane_s),
+            required_floor: required.and_then(|r| r.control_plane_s),
+            floor: plain.and_then(|r| r.control_plane_s),
+            operator: control_plane_s,
         },
         requests: Breakdown::between(&Default::default(), &at_ready),
         quiet: Breakdown::between(&at_ready, &at_end),

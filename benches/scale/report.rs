@@ -82,14 +82,35 @@ pub fn round(v: f64, digits: i32) -> f64 {
     (v * f).round() / f
 }
 
-/// The cores that processes other than the benchmark's kept busy, on average, during each run
-/// (`machine::Sample`): a run made beside other work is slower, whoever it measures.
+/// One number for each run of a measurement: the floors' and the operator's.
 #[derive(Default)]
-pub struct Others {
+pub struct PerRun {
     pub warm_up: Option<f64>,
     pub required_floor: Option<f64>,
     pub floor: Option<f64>,
     pub operator: Option<f64>,
+}
+
+impl PerRun {
+    fn json(&self, digits: i32) -> serde_json::Value {
+        serde_json::json!({
+            "warm_up": self.warm_up.map(|v| round(v, digits)),
+            "required_floor": self.required_floor.map(|v| round(v, digits)),
+            "floor": self.floor.map(|v| round(v, digits)),
+            "operator": self.operator.map(|v| round(v, digits)),
+        })
+    }
+
+    fn line(&self, digits: usize) -> String {
+        let v = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+        format!(
+            "warm-up {}, required floor {}, floor {}, operator {}",
+            v(self.warm_up),
+            v(self.required_floor),
+            v(self.floor),
+            v(self.operator)
+        )
+    }
 }
 
 /// The operator restarted over the settled Habitats (`restart` in main.rs).
@@ -122,7 +143,9 @@ pub struct Measurement {
     /// The warm-up before the floors: its Habitats and its time (not compared).
     pub warm_up: Option<(usize, f64)>,
     /// The cores other processes on the machine kept busy during each run.
-    pub others: Others,
+    pub others: PerRun,
+    /// The CPU seconds the control plane spent during each run (real ground only).
+    pub control_plane_cpu_s: PerRun,
     pub restart: Restart,
     pub requests: Breakdown,
     pub quiet: Breakdown,
@@ -172,12 +195,8 @@ impl Measurement {
             "time_ratio_required": self.time_ratio_required().map(|v| round(v, 3)),
             "warm_up_habitats": self.warm_up.map(|(w, _)| w),
             "warm_up_s": self.warm_up.map(|(_, s)| round(s, 2)),
-            "other_processes_cores": {
-                "warm_up": self.others.warm_up.map(|v| round(v, 2)),
-                "required_floor": self.others.required_floor.map(|v| round(v, 2)),
-                "floor": self.others.floor.map(|v| round(v, 2)),
-                "operator": self.others.operator.map(|v| round(v, 2)),
-            },
+            "other_processes_cores": self.others.json(2),
+            "control_plane_cpu_s": self.control_plane_cpu_s.json(2),
             "required_floor_writes_per_habitat": self.required_writes.map(|w| round(w as f64 / n as f64, 2)),
             "requests_per_habitat": {
                 "total": round(self.requests.total as f64 / n as f64, 2),
@@ -247,17 +266,10 @@ impl Measurement {
                 format!("{:.2}", self.time_to_ready_s / f),
             );
         }
-        let cores = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-        row(
-            "other processes' cores (busy)",
-            format!(
-                "warm-up {}, required floor {}, floor {}, operator {}",
-                cores(self.others.warm_up),
-                cores(self.others.required_floor),
-                cores(self.others.floor),
-                cores(self.others.operator)
-            ),
-        );
+        row("other processes' cores (busy)", self.others.line(2));
+        if self.control_plane_cpu_s.operator.is_some() {
+            row("control plane CPU s", self.control_plane_cpu_s.line(2));
+        }
         row(
             "requests per Habitat",
             format!("{:.2}", self.requests.total as f64 / n as f64),
