@@ -73,18 +73,20 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
     let name = h.name_any();
-    let result = match with_finalizer(&api, &ctx, h).await {
-        Ok(h) => {
-            finalizer(&api, FINALIZER, h, |event| async {
-                match event {
-                    finalizer::Event::Apply(h) | finalizer::Event::Cleanup(h) => {
-                        run(&h, &ctx).await
-                    }
-                }
-            })
+    let result = if lacks_finalizer(&h) {
+        // A new Habitat: its finalizer goes on alongside its first pass.
+        run(&h, &ctx, Some(&api))
             .await
-        }
-        Err(e) => Err(finalizer::Error::AddFinalizer(e)),
+            .map_err(finalizer::Error::ApplyFailed)
+    } else {
+        finalizer(&api, FINALIZER, h, |event| async {
+            match event {
+                finalizer::Event::Apply(h) | finalizer::Event::Cleanup(h) => {
+                    run(&h, &ctx, None).await
+                }
+            }
+        })
+        .await
     };
     let result = match result {
         Ok(action) => Ok(action),
@@ -97,15 +99,6 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
             Ok(Action::await_change())
         }
         Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
-        // The cached object predates our own finalizer patch (another event woke it before the
-        // watch delivered the patched object): the patch's test fails. Look again shortly; this is
-        // not a failure.
-        Err(finalizer::Error::AddFinalizer(kube::Error::Api(s)))
-            if s.code == 409 || s.code == 422 =>
-        {
-            tracing::debug!(%name, "finalizer already being added; retrying with a fresh copy");
-            Ok(Action::requeue(Duration::from_millis(200)))
-        }
         // A stale cache entry of an object that is already gone: the deletion is complete.
         Err(finalizer::Error::RemoveFinalizer(e)) if crate::error::is_not_found(&e) => {
             Ok(Action::await_change())
@@ -127,21 +120,26 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
     result
 }
 
-/// `h` with the operator's finalizer: added first when a live Habitat lacks it, and the patched
-/// object answered, so that the same reconcile goes on to its first pass. (kube's `finalizer`
-/// helper adds it and returns, leaving the first pass to the patch's watch event: a second wait
-/// in the work queue for every new Habitat. At N = 100 on the real ground the last Habitats
-/// created waited seconds for it behind the others' reconciles.) The patch carries the
-/// resourceVersion it was computed from, so a concurrent change of the finalizers is refused
-/// (409) and looked at again, as the helper's JSON-patch test does; its echo wakes nothing.
-async fn with_finalizer(
+/// Whether `h` is a live Habitat without the operator's finalizer: a new one.
+fn lacks_finalizer(h: &Habitat) -> bool {
+    h.metadata.deletion_timestamp.is_none() && !h.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Adds the operator's finalizer to `h`, which lacks it, and answers the patched object. The
+/// patch carries the resourceVersion it was computed from, so a concurrent change of the
+/// finalizers is refused (409) and looked at again, as the JSON-patch test of kube's finalizer
+/// helper does; its echo wakes nothing.
+///
+/// It goes out alongside the Habitat's first pass (see [`run`]): the helper adds the finalizer
+/// and returns, leaving the first pass to the patch's watch event (a second wait in the work
+/// queue for every new Habitat), and a first pass that waits for the patch sends its children
+/// one round trip later. Children written before the finalizer lands are safe: they carry the
+/// Habitat as their owner, and garbage collection removes them should the Habitat go first.
+async fn add_finalizer(
     api: &Api<Habitat>,
     ctx: &Context,
-    h: Arc<Habitat>,
-) -> Result<Arc<Habitat>, kube::Error> {
-    if h.metadata.deletion_timestamp.is_some() || h.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(h);
-    }
+    h: &Habitat,
+) -> Result<Habitat, kube::Error> {
     let mut finalizers = h.finalizers().to_vec();
     finalizers.push(FINALIZER.to_string());
     let patch = serde_json::json!({
@@ -155,7 +153,7 @@ async fn with_finalizer(
         )
         .await?;
     ctx.echoes.wrote(&patched);
-    Ok(Arc::new(patched))
+    Ok(patched)
 }
 
 /// Decides the requeue after a failed reconcile: per-object exponential backoff.
@@ -175,8 +173,9 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
     Action::requeue(delay)
 }
 
-/// One pass of the pipeline over a Habitat that has the finalizer.
-async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
+/// One pass of the pipeline over a Habitat that has the finalizer, or gets it from `adding`
+/// alongside the pass: the status is written once the finalizer is on.
+async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Result<Action, Error> {
     let ns = h
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
@@ -203,7 +202,34 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
     let mut decider = Decider::remembering(&ctx.fingerprints);
-    let pass = drive(h, ctx, persisted_phase(h), &mut snap, &mut decider).await;
+    let (added, pass) = futures::join!(
+        async {
+            match adding {
+                Some(api) => Some(add_finalizer(api, ctx, h).await),
+                None => None,
+            }
+        },
+        drive(h, ctx, persisted_phase(h), &mut snap, &mut decider),
+    );
+    // The version the status write replaces: the finalizer's, when this pass added it.
+    let version = match added {
+        None => h.resource_version(),
+        Some(Ok(patched)) => patched.resource_version(),
+        // The copy predates a change of the finalizers (another event woke it before the watch
+        // delivered the change): the patch's precondition fails. The pass's writes stand; it
+        // runs again shortly on a fresh copy. Not a failure.
+        Some(Err(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
+            tracing::debug!(%ns, name = %h.name_any(), "finalizer already being added; retrying with a fresh copy");
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+        Some(Err(e)) => {
+            return Err(Error::Finalizer {
+                name: h.name_any(),
+                retry_after: crate::error::retry_after(&e),
+                message: e.to_string(),
+            })
+        }
+    };
     // Standalone supervisors that update themselves: only the census says what they run.
     if follows_channel(h)
         && snap.leader == observe::LeaderView::NotObserved
@@ -237,7 +263,7 @@ async fn run(h: &Habitat, ctx: &Context) -> Result<Action, Error> {
             let written = persist(ctx, h, &ns, new).await?;
             // Marked only when the write made a new version: after a write that changed nothing
             // (the server already held this status) no newer copy would ever come to clear it.
-            if let (Some(before), Some(after)) = (h.resource_version(), written) {
+            if let (Some(before), Some(after)) = (version, written) {
                 if before != after {
                     ctx.written_over
                         .lock()
@@ -349,7 +375,13 @@ async fn drive(
                 break;
             }
             step => {
-                if let Err(e) = act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await {
+                let result = if step == Step::ApplyPeerConfig {
+                    let peers = plan.desired.peers;
+                    peer_config_and_beyond(h, ctx, snap, decider, &mut pass, &peers).await
+                } else {
+                    act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await
+                };
+                if let Err(e) = result {
                     if e.disposition() == Disposition::NamespaceTerminating {
                         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
                         pass.outcome = Outcome::NamespaceTerminating;
@@ -363,6 +395,63 @@ async fn drive(
         }
     }
     pass
+}
+
+/// Applies the peer ConfigMap with `peers`, and with it the workload when the machine, told the
+/// ConfigMap is applied, would apply the workload next: a new Habitat's first pass (Pending →
+/// ConfigMapReady → KeyReady → apply the workload), or a pass that finds both the peer file and
+/// the spec changed. The two go out as one round of requests instead of two, one after the
+/// other. Nothing orders them in Kubernetes either: a pod whose ConfigMap volume is missing waits
+/// for it. The phases the pass walks are recorded as the machine decided them: past Pending only
+/// when the ConfigMap was applied, past KeyReady only when the workload was too.
+async fn peer_config_and_beyond(
+    h: &Habitat,
+    ctx: &Context,
+    snap: &mut observe::Snapshot,
+    decider: &mut Decider<'_>,
+    pass: &mut Pass,
+    peers: &[String],
+) -> Result<(), Error> {
+    // What the machine decides next with the ConfigMap as this step applies it.
+    let before = snap
+        .peer_config
+        .replace(crate::children::peer_config::peer_config(h, peers));
+    let mut phase = pass.phase;
+    let mut transitions = pass.transitions.clone();
+    let mut workload_next = false;
+    for _ in 0..MAX_STEPS {
+        let d = decider.next(h, snap, phase, &transitions).decision;
+        if d.phase != phase {
+            transitions.push((phase, d.phase));
+            phase = d.phase;
+        }
+        if d.step != Step::Advance {
+            workload_next = d.step == Step::ApplyWorkload;
+            break;
+        }
+    }
+    snap.peer_config = before;
+    // The decision to apply the workload built it.
+    let desired = decider.desired(h, snap);
+    let Some(workload) = desired.workload.filter(|_| workload_next) else {
+        return act(
+            Step::ApplyPeerConfig,
+            h,
+            ctx,
+            snap,
+            &desired,
+            &mut pass.notes,
+        )
+        .await;
+    };
+    let (config, workload) =
+        act::apply_peer_config_and_workload(h, ctx, snap, peers, workload).await;
+    config?;
+    // The ConfigMap is applied: the machine's way to the workload stands, whatever the
+    // workload's own result.
+    pass.phase = phase;
+    pass.transitions = transitions;
+    workload
 }
 
 /// Metrics and logs of the pass, and the Events to publish: one for the phases the pass walked,
@@ -826,18 +915,192 @@ mod tests {
             Some("Deploying")
         );
         // A copy from before the finalizer was added is refused (409): the finalizers changed
-        // since. A copy that already has it is left alone.
+        // since.
         let mut raced = created.clone();
         raced.metadata.finalizers = None;
-        let refused = with_finalizer(&habitats, &ctx, Arc::new(raced)).await;
+        let refused = add_finalizer(&habitats, &ctx, &raced).await;
         assert!(
             matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 409),
             "{refused:?}"
         );
-        let kept = with_finalizer(&habitats, &ctx, Arc::new(now.clone()))
+        // Reconciled from that copy, the pass goes on and asks to look again, with no failure.
+        let action = reconcile(Arc::new(raced), ctx.clone())
             .await
-            .expect("nothing to add");
-        assert_eq!(kept.resource_version(), now.resource_version());
+            .expect("no failure");
+        assert_eq!(action, Action::requeue(Duration::from_millis(200)));
+        sandbox.shutdown().await;
+    }
+
+    /// What [`Timed`] saw of one request: its method and path, when it went out, and when its
+    /// answer came back.
+    #[derive(Clone, Debug)]
+    struct Span {
+        method: String,
+        path: String,
+        sent: std::time::Instant,
+        answered: Option<std::time::Instant>,
+    }
+
+    /// A client layer that holds every request for `delay` before it goes on, and logs when each
+    /// was sent and answered: with it, writes sent one after another never overlap, and writes
+    /// sent together always do.
+    #[derive(Clone)]
+    struct Timed {
+        delay: Duration,
+        log: Arc<Mutex<Vec<Span>>>,
+    }
+
+    impl<S> tower::Layer<S> for Timed {
+        type Service = TimedService<S>;
+        fn layer(&self, inner: S) -> Self::Service {
+            TimedService {
+                inner,
+                timed: self.clone(),
+            }
+        }
+    }
+
+    struct TimedService<S> {
+        inner: S,
+        timed: Timed,
+    }
+
+    impl<S, B> tower::Service<hyper::Request<B>> for TimedService<S>
+    where
+        S: tower::Service<hyper::Request<B>>,
+        S::Future: Send + 'static,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), S::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
+            let log = self.timed.log.clone();
+            let at = {
+                let mut spans = log.lock().unwrap_or_else(|p| p.into_inner());
+                spans.push(Span {
+                    method: request.method().to_string(),
+                    path: request.uri().path().to_string(),
+                    sent: std::time::Instant::now(),
+                    answered: None,
+                });
+                spans.len() - 1
+            };
+            let answer = self.inner.call(request);
+            let delay = self.timed.delay;
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                let answer = answer.await;
+                log.lock().unwrap_or_else(|p| p.into_inner())[at].answered =
+                    Some(std::time::Instant::now());
+                answer
+            })
+        }
+    }
+
+    /// A client of `sandbox` whose requests go through `timed`.
+    async fn timed_client(sandbox: &habitat_sandbox::Sandbox, timed: &Timed) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&sandbox.kubeconfig_yaml()).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration");
+        kube::client::ClientBuilder::try_from(config)
+            .expect("a client stack")
+            .with_layer(timed)
+            .build()
+    }
+
+    /// A new Habitat's first pass sends its finalizer, its peer ConfigMap and its workload's
+    /// children as one round of requests, and its status once all of them are answered (one
+    /// after the other they were four rounds: the finalizer, the ConfigMap, the children, the
+    /// status).
+    #[tokio::test]
+    async fn a_first_pass_sends_its_finalizer_peer_config_and_children_together() {
+        let (sandbox, plain) = sandbox_with_crd().await;
+        let (habitats, created) = habitat_in(&plain, "together", None).await;
+        let timed = Timed {
+            delay: Duration::from_millis(100),
+            log: Default::default(),
+        };
+        let ctx = context(timed_client(&sandbox, &timed).await);
+        reconcile(Arc::new(created), ctx)
+            .await
+            .expect("the reconcile succeeds");
+        let log = timed.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let writes: Vec<&Span> = log.iter().filter(|s| s.method == "PATCH").collect();
+        let write = |path: &str| {
+            *writes
+                .iter()
+                .find(|s| s.path.ends_with(path))
+                .unwrap_or_else(|| panic!("no write of {path} in {writes:#?}"))
+        };
+        let round = [
+            write("/habitats/redis"),
+            write("/configmaps/redis-peer"),
+            write("/statefulsets/redis"),
+        ];
+        let answered = |s: &Span| s.answered.expect("every write is answered");
+        let last_sent = round.iter().map(|s| s.sent).max().expect("writes");
+        let first_answered = round.iter().map(|s| answered(s)).min().expect("writes");
+        assert!(
+            last_sent < first_answered,
+            "a write of the first round waited for another's answer: {round:#?}"
+        );
+        let status = write("/habitats/redis/status");
+        assert!(
+            round.iter().all(|s| answered(s) <= status.sent),
+            "the status went out before the first round was answered: {writes:#?}"
+        );
+        assert_eq!(
+            writes.len(),
+            5,
+            "the headless Service too, and nothing else: {writes:#?}"
+        );
+        let now = habitats.get("redis").await.expect("the Habitat");
+        assert_eq!(now.finalizers(), [FINALIZER.to_string()]);
+        assert_eq!(
+            now.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Deploying")
+        );
+        sandbox.shutdown().await;
+    }
+
+    /// The workload goes out with the peer ConfigMap, but a pass whose ConfigMap is refused
+    /// stays Pending (here an immutable ConfigMap of the same name holds other data): the phase
+    /// moves past a step only once the step succeeded.
+    #[tokio::test]
+    async fn a_refused_peer_config_keeps_the_habitat_pending() {
+        let (sandbox, client) = sandbox_with_crd().await;
+        let (habitats, created) = habitat_in(&client, "refused", None).await;
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": created.peer_config_name(), "namespace": "refused"},
+            "immutable": true,
+            "data": {"other": "data"},
+        }))
+        .expect("a ConfigMap");
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "refused")
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("the ConfigMap is created");
+        let ctx = context(client.clone());
+        let failed = reconcile(Arc::new(created), ctx).await;
+        assert!(
+            matches!(failed, Err(Error::Apply { ref kind, .. }) if kind == "ConfigMap"),
+            "{failed:?}"
+        );
+        let now = habitats.get("redis").await.expect("the Habitat");
+        assert_eq!(
+            now.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Pending")
+        );
         sandbox.shutdown().await;
     }
 
