@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use habitat_machine::Step;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -57,8 +56,50 @@ pub async fn act(
             }
         }
         Step::ApplyWorkload => {
-            if let Some(workload) = desired.workload {
-                apply_workload(h, ctx, &ns, Seen::of(snap), workload).await?;
+            // Destructured without `..`: a new kind of child does not compile until it is applied.
+            let Some(Workload {
+                statefulset,
+                headless,
+                leader,
+                fingerprints: _,
+            }) = desired.workload
+            else {
+                return Ok(());
+            };
+            // The children are independent of each other: applied concurrently, a first pass
+            // waits for the slowest of them rather than for their sum (the Services' ClusterIP
+            // allocation makes them the slowest writes of a Habitat on a busy server). Each runs
+            // to its end, so that one refused does not cancel the others mid-request.
+            let Snapshot {
+                statefulset: seen_statefulset,
+                headless: seen_headless,
+                leader_service: seen_leader_service,
+                budget: seen_budget,
+                ..
+            } = snap;
+            let (sts, svc, lead) = futures::join!(
+                apply_over(ctx, &recent.statefulsets, seen_statefulset, statefulset),
+                apply_over(ctx, &recent.services, seen_headless, headless),
+                async {
+                    if let Some((svc, pdb)) = leader {
+                        let (a, b) = futures::join!(
+                            apply_over(ctx, &recent.services, seen_leader_service, svc),
+                            apply_over(ctx, &recent.budgets, seen_budget, pdb),
+                        );
+                        a.and(b)
+                    } else {
+                        Ok(())
+                    }
+                }
+            );
+            sts.and(svc).and(lead)?;
+            if leader.is_none() {
+                if seen_leader_service.take().is_some() {
+                    delete::<Service>(&ctx.client, &ns, &h.leader_service_name()).await?;
+                }
+                if seen_budget.take().is_some() {
+                    delete::<PodDisruptionBudget>(&ctx.client, &ns, &h.name_any()).await?;
+                }
             }
         }
         Step::ReplacePod => {
@@ -137,122 +178,6 @@ pub async fn act(
             }
         }
         Step::Advance | Step::Cleanup | Step::Wait(_) => {}
-    }
-    Ok(())
-}
-
-/// Applies the peer ConfigMap with `peers` and `workload` together, as one round of requests:
-/// the two steps a new Habitat's first pass takes one after the other (the ConfigMap first,
-/// then, past ConfigMapReady and KeyReady, the workload) when the machine, told the ConfigMap is
-/// applied, would apply the workload next. Each runs to its end; their results come back apart,
-/// the ConfigMap's first, so that the pass records the phases each one reached.
-pub async fn apply_peer_config_and_workload(
-    h: &Habitat,
-    ctx: &Context,
-    snap: &mut Snapshot,
-    peers: &[String],
-    workload: &Workload,
-) -> (Result<(), Error>, Result<(), Error>) {
-    let ns = match h.namespace() {
-        Some(ns) => ns,
-        None => {
-            let missing = || Error::MissingField("metadata.namespace");
-            return (Err(missing()), Err(missing()));
-        }
-    };
-    let cm = peer_config(h, peers);
-    let (seen_config, seen) = Seen::split(snap);
-    futures::join!(
-        apply_over(ctx, &ctx.stores.recent.config_maps, seen_config, &cm),
-        apply_workload(h, ctx, &ns, seen, workload),
-    )
-}
-
-/// The snapshot's copies of the workload's children, borrowed apart from the rest of it.
-struct Seen<'s> {
-    statefulset: &'s mut Option<StatefulSet>,
-    headless: &'s mut Option<Service>,
-    leader_service: &'s mut Option<Service>,
-    budget: &'s mut Option<PodDisruptionBudget>,
-}
-
-impl<'s> Seen<'s> {
-    fn of(snap: &'s mut Snapshot) -> Self {
-        Seen::split(snap).1
-    }
-
-    /// The peer ConfigMap's copy, and the workload's.
-    fn split(snap: &'s mut Snapshot) -> (&'s mut Option<ConfigMap>, Self) {
-        let Snapshot {
-            peer_config,
-            statefulset,
-            headless,
-            leader_service,
-            budget,
-            ..
-        } = snap;
-        (
-            peer_config,
-            Seen {
-                statefulset,
-                headless,
-                leader_service,
-                budget,
-            },
-        )
-    }
-}
-
-/// Applies the workload's children over the snapshot's copies; removes the leader Service and
-/// the PodDisruptionBudget of a group that is no longer a leader group.
-async fn apply_workload(
-    h: &Habitat,
-    ctx: &Context,
-    ns: &str,
-    seen: Seen<'_>,
-    workload: &Workload,
-) -> Result<(), Error> {
-    let recent = &ctx.stores.recent;
-    // Destructured without `..`: a new kind of child does not compile until it is applied.
-    let Workload {
-        statefulset,
-        headless,
-        leader,
-        fingerprints: _,
-    } = workload;
-    // The children are independent of each other: applied concurrently, a first pass waits for
-    // the slowest of them rather than for their sum (the Services' ClusterIP allocation makes
-    // them the slowest writes of a Habitat on a busy server). Each runs to its end, so that one
-    // refused does not cancel the others mid-request.
-    let Seen {
-        statefulset: seen_statefulset,
-        headless: seen_headless,
-        leader_service: seen_leader_service,
-        budget: seen_budget,
-    } = seen;
-    let (sts, svc, lead) = futures::join!(
-        apply_over(ctx, &recent.statefulsets, seen_statefulset, statefulset),
-        apply_over(ctx, &recent.services, seen_headless, headless),
-        async {
-            if let Some((svc, pdb)) = leader {
-                let (a, b) = futures::join!(
-                    apply_over(ctx, &recent.services, seen_leader_service, svc),
-                    apply_over(ctx, &recent.budgets, seen_budget, pdb),
-                );
-                a.and(b)
-            } else {
-                Ok(())
-            }
-        }
-    );
-    sts.and(svc).and(lead)?;
-    if leader.is_none() {
-        if seen_leader_service.take().is_some() {
-            delete::<Service>(&ctx.client, ns, &h.leader_service_name()).await?;
-        }
-        if seen_budget.take().is_some() {
-            delete::<PodDisruptionBudget>(&ctx.client, ns, &h.name_any()).await?;
-        }
     }
     Ok(())
 }

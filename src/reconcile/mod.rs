@@ -375,13 +375,7 @@ async fn drive(
                 break;
             }
             step => {
-                let result = if step == Step::ApplyPeerConfig {
-                    let peers = plan.desired.peers;
-                    peer_config_and_beyond(h, ctx, snap, decider, &mut pass, &peers).await
-                } else {
-                    act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await
-                };
-                if let Err(e) = result {
+                if let Err(e) = act(step, h, ctx, snap, &plan.desired, &mut pass.notes).await {
                     if e.disposition() == Disposition::NamespaceTerminating {
                         tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %e.chain(1024), "namespace is being deleted; stopping until the Habitat is deleted");
                         pass.outcome = Outcome::NamespaceTerminating;
@@ -395,63 +389,6 @@ async fn drive(
         }
     }
     pass
-}
-
-/// Applies the peer ConfigMap with `peers`, and with it the workload when the machine, told the
-/// ConfigMap is applied, would apply the workload next: a new Habitat's first pass (Pending →
-/// ConfigMapReady → KeyReady → apply the workload), or a pass that finds both the peer file and
-/// the spec changed. The two go out as one round of requests instead of two, one after the
-/// other. Nothing orders them in Kubernetes either: a pod whose ConfigMap volume is missing waits
-/// for it. The phases the pass walks are recorded as the machine decided them: past Pending only
-/// when the ConfigMap was applied, past KeyReady only when the workload was too.
-async fn peer_config_and_beyond(
-    h: &Habitat,
-    ctx: &Context,
-    snap: &mut observe::Snapshot,
-    decider: &mut Decider<'_>,
-    pass: &mut Pass,
-    peers: &[String],
-) -> Result<(), Error> {
-    // What the machine decides next with the ConfigMap as this step applies it.
-    let before = snap
-        .peer_config
-        .replace(crate::children::peer_config::peer_config(h, peers));
-    let mut phase = pass.phase;
-    let mut transitions = pass.transitions.clone();
-    let mut workload_next = false;
-    for _ in 0..MAX_STEPS {
-        let d = decider.next(h, snap, phase, &transitions).decision;
-        if d.phase != phase {
-            transitions.push((phase, d.phase));
-            phase = d.phase;
-        }
-        if d.step != Step::Advance {
-            workload_next = d.step == Step::ApplyWorkload;
-            break;
-        }
-    }
-    snap.peer_config = before;
-    // The decision to apply the workload built it.
-    let desired = decider.desired(h, snap);
-    let Some(workload) = desired.workload.filter(|_| workload_next) else {
-        return act(
-            Step::ApplyPeerConfig,
-            h,
-            ctx,
-            snap,
-            &desired,
-            &mut pass.notes,
-        )
-        .await;
-    };
-    let (config, workload) =
-        act::apply_peer_config_and_workload(h, ctx, snap, peers, workload).await;
-    config?;
-    // The ConfigMap is applied: the machine's way to the workload stands, whatever the
-    // workload's own result.
-    pass.phase = phase;
-    pass.transitions = transitions;
-    workload
 }
 
 /// Metrics and logs of the pass, and the Events to publish: one for the phases the pass walked,
@@ -1061,12 +998,11 @@ mod tests {
             .build()
     }
 
-    /// A new Habitat's first pass sends its finalizer, its peer ConfigMap and its workload's
-    /// children as one round of requests, and its status once all of them are answered (one
-    /// after the other they were four rounds: the finalizer, the ConfigMap, the children, the
-    /// status).
+    /// A new Habitat's first pass sends its finalizer together with its peer ConfigMap, then its
+    /// workload's children, then its status once all of them are answered: three rounds of
+    /// requests, where waiting for the finalizer first made four.
     #[tokio::test]
-    async fn a_first_pass_sends_its_finalizer_peer_config_and_children_together() {
+    async fn a_first_pass_sends_its_finalizer_with_its_peer_config() {
         let (sandbox, plain) = sandbox_with_crd().await;
         let (habitats, created) = habitat_in(&plain, "together", None).await;
         let timed = Timed {
@@ -1085,22 +1021,23 @@ mod tests {
                 .find(|s| s.path.ends_with(path))
                 .unwrap_or_else(|| panic!("no write of {path} in {writes:#?}"))
         };
-        let round = [
-            write("/habitats/redis"),
-            write("/configmaps/redis-peer"),
-            write("/statefulsets/redis"),
-        ];
         let answered = |s: &Span| s.answered.expect("every write is answered");
-        let last_sent = round.iter().map(|s| s.sent).max().expect("writes");
-        let first_answered = round.iter().map(|s| answered(s)).min().expect("writes");
+        let (finalizer, config) = (write("/habitats/redis"), write("/configmaps/redis-peer"));
         assert!(
-            last_sent < first_answered,
-            "a write of the first round waited for another's answer: {round:#?}"
+            finalizer.sent < answered(config) && config.sent < answered(finalizer),
+            "the finalizer and the peer ConfigMap waited for each other: {writes:#?}"
+        );
+        let children = write("/statefulsets/redis");
+        assert!(
+            answered(config) <= children.sent,
+            "the workload went out before the peer ConfigMap was applied: {writes:#?}"
         );
         let status = write("/habitats/redis/status");
         assert!(
-            round.iter().all(|s| answered(s) <= status.sent),
-            "the status went out before the first round was answered: {writes:#?}"
+            [finalizer, config, children]
+                .iter()
+                .all(|s| answered(s) <= status.sent),
+            "the status went out before the pass's writes were answered: {writes:#?}"
         );
         assert_eq!(
             writes.len(),
@@ -1112,37 +1049,6 @@ mod tests {
         assert_eq!(
             now.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Deploying")
-        );
-        sandbox.shutdown().await;
-    }
-
-    /// The workload goes out with the peer ConfigMap, but a pass whose ConfigMap is refused
-    /// stays Pending (here an immutable ConfigMap of the same name holds other data): the phase
-    /// moves past a step only once the step succeeded.
-    #[tokio::test]
-    async fn a_refused_peer_config_keeps_the_habitat_pending() {
-        let (sandbox, client) = sandbox_with_crd().await;
-        let (habitats, created) = habitat_in(&client, "refused", None).await;
-        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": created.peer_config_name(), "namespace": "refused"},
-            "immutable": true,
-            "data": {"other": "data"},
-        }))
-        .expect("a ConfigMap");
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "refused")
-            .create(&PostParams::default(), &cm)
-            .await
-            .expect("the ConfigMap is created");
-        let ctx = context(client.clone());
-        let failed = reconcile(Arc::new(created), ctx).await;
-        assert!(
-            matches!(failed, Err(Error::Apply { ref kind, .. }) if kind == "ConfigMap"),
-            "{failed:?}"
-        );
-        let now = habitats.get("redis").await.expect("the Habitat");
-        assert_eq!(
-            now.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Pending")
         );
         sandbox.shutdown().await;
     }

@@ -29,10 +29,10 @@ use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
-/// of its time waiting on the API server (a first pass: the finalizer, the peer ConfigMap and
-/// the workload's children together, then the status; before the twenty-fourth pass four rounds
-/// one after another), so the workers bound how many requests the operator has in flight, and
-/// how fast the first passes of many new Habitats go out. On the real ground at N = 1000 with 8 workers the first passes were the bottleneck:
+/// of its time waiting on the API server, one round of requests after another (a first pass:
+/// the finalizer with the peer ConfigMap, the workload's children together, the status), so the
+/// workers bound how many requests the operator has in flight, and how fast the first passes of
+/// many new Habitats go out. On the real ground at N = 1000 with 8 workers the first passes were the bottleneck:
 /// the last StatefulSet was written 52 s after the first Habitat (the plain floor's after
 /// 12 s), and the last pods could not start before it; with 16, after 32 s. The time to Ready
 /// was 1.02 to 1.27 times the plain floor's in four runs with 16 against 1.13 to 1.48 in three
