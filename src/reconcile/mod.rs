@@ -130,11 +130,12 @@ fn lacks_finalizer(h: &Habitat) -> bool {
 /// finalizers is refused (409) and looked at again, as the JSON-patch test of kube's finalizer
 /// helper does; its echo wakes nothing.
 ///
-/// It goes out alongside the Habitat's first pass (see [`run`]): the helper adds the finalizer
-/// and returns, leaving the first pass to the patch's watch event (a second wait in the work
-/// queue for every new Habitat), and a first pass that waits for the patch sends its children
-/// one round trip later. Children written before the finalizer lands are safe: they carry the
-/// Habitat as their owner, and garbage collection removes them should the Habitat go first.
+/// It goes out alongside the Habitat's first pass (see [`run`]), with the peer ConfigMap: kube's
+/// `finalizer` helper adds it and returns, leaving the first pass to the patch's watch event (a
+/// second wait in the work queue for every new Habitat), and a first pass that waits for the
+/// patch sends everything else one round of requests later. Children written before the
+/// finalizer lands are safe: they carry the Habitat as their owner, and garbage collection
+/// removes them should the Habitat go first.
 async fn add_finalizer(
     api: &Api<Habitat>,
     ctx: &Context,
