@@ -78,6 +78,14 @@ async fn kubeconfig_client(path: &Path, agent: &str) -> Result<Client, String> {
     Client::try_from(with_agent(config, agent)).map_err(|e| e.to_string())
 }
 
+/// How [`Ground::settle`]'s wait ended, after how long.
+pub enum Settled {
+    /// kube-controller-manager was done with the namespace.
+    Done(Duration),
+    /// It was still busy with it when the wait's time was up.
+    GaveUp(Duration),
+}
+
 impl Ground {
     /// Starts a fresh ground of `kind`.
     pub async fn start(kind: Kind) -> Result<Ground, String> {
@@ -263,9 +271,10 @@ impl Ground {
     /// twenty-third pass). Two seconds with almost nothing sent fill the budget again. What
     /// stays after a namespace goes is a trickle of retries that find nothing, a few a second,
     /// and the Event recorder's retries of Events refused in a namespace that is gone: neither
-    /// is waited for. Returns how long it waited, or None on the sandbox, whose controllers run
-    /// in this process and have no budget.
-    pub async fn settle(&self, name: &str, timeout: Duration) -> Result<Option<Duration>, String> {
+    /// is waited for. Returns how long it waited and whether the controllers were done by then
+    /// (not when `timeout` ended the wait), or None on the sandbox, whose controllers run in
+    /// this process and have no budget.
+    pub async fn settle(&self, name: &str, timeout: Duration) -> Result<Option<Settled>, String> {
         let Server::Real { cp, .. } = &self.server else {
             return Ok(None);
         };
@@ -291,8 +300,11 @@ impl Ground {
             }
             let recent: usize = seen.iter().map(|(_, n)| n).sum();
             let watched = now - began >= SETTLED;
-            if (watched && recent < SETTLED_REQUESTS) || now - began >= timeout {
-                return Ok(Some(now - began));
+            if watched && recent < SETTLED_REQUESTS {
+                return Ok(Some(Settled::Done(now - began)));
+            }
+            if now - began >= timeout {
+                return Ok(Some(Settled::GaveUp(now - began)));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

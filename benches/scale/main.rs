@@ -28,7 +28,7 @@ mod prometheus;
 use std::time::{Duration, Instant};
 
 use floor::Floor;
-use ground::{Ground, Kind};
+use ground::{Ground, Kind, Settled};
 use report::{Breakdown, Measurement, PerRun, Restart};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
@@ -183,12 +183,20 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<Fl
             let gone = began.elapsed().as_secs_f64();
             // Nor should the controllers' work on what the namespace held overlap the next run.
             match ground.settle(ns, Duration::from_secs(60)).await? {
-                Some(settled) => eprintln!(
+                Some(Settled::Done(settled)) => eprintln!(
                     "{}: the {}'s namespace was gone after {gone:.1} s, and \
                      kube-controller-manager done with it {:.1} s later",
                     ground.kind.name(),
                     kind.name(),
                     settled.as_secs_f64()
+                ),
+                Some(Settled::GaveUp(waited)) => eprintln!(
+                    "{}: the {}'s namespace was gone after {gone:.1} s; \
+                     kube-controller-manager was still busy with it {:.1} s later, and the \
+                     next run starts anyway",
+                    ground.kind.name(),
+                    kind.name(),
+                    waited.as_secs_f64()
                 ),
                 None => eprintln!(
                     "{}: the {}'s namespace was gone after {gone:.1} s",
