@@ -218,9 +218,12 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Some(Ok(patched)) => patched.resource_version(),
         // The copy predates a change of the finalizers (another event woke it before the watch
         // delivered the change): the patch's precondition fails. The pass's writes stand; it
-        // runs again shortly on a fresh copy. Not a failure.
+        // runs again shortly on a fresh copy. Not a failure. The pass's actions are told now
+        // (a key it generated is not generated again); the phases it walked are not persisted,
+        // and the pass that repeats them tells them.
         Some(Err(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
             tracing::debug!(%ns, name = %h.name_any(), "finalizer already being added; retrying with a fresh copy");
+            ctx.events.send(h, pass.notes);
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
         Some(Err(e)) => {
@@ -875,6 +878,69 @@ mod tests {
             .await
             .expect("no failure");
         assert_eq!(action, Action::requeue(Duration::from_millis(200)));
+        sandbox.shutdown().await;
+    }
+
+    /// A pass whose finalizer is refused (409: its copy predates another change of the
+    /// finalizers) still tells what it did: the ring key it generated is not generated again by
+    /// the pass that repeats it, so its Event is recorded now or never.
+    #[tokio::test]
+    async fn a_refused_finalizer_keeps_the_events_of_the_pass() {
+        let (sandbox, client) = sandbox_with_crd().await;
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some("raced".into());
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata = kube::api::ObjectMeta {
+            name: Some("redis".into()),
+            namespace: Some("raced".into()),
+            ..Default::default()
+        };
+        h.spec.service.ring = Some(crate::api::RingSpec {
+            name: "blue".into(),
+        });
+        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "raced");
+        let created = habitats
+            .create(&PostParams::default(), &h)
+            .await
+            .expect("Habitat created");
+        // Another writer changes the finalizers after the copy was read.
+        let other = serde_json::json!({"metadata": {"finalizers": ["example.com/other"]}});
+        habitats
+            .patch("redis", &PatchParams::default(), &Patch::Merge(&other))
+            .await
+            .expect("finalizer added");
+        let ctx = context(client.clone());
+        let action = reconcile(Arc::new(created), ctx.clone())
+            .await
+            .expect("no failure");
+        assert_eq!(action, Action::requeue(Duration::from_millis(200)));
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), "raced");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let listed = events.list(&Default::default()).await.expect("Events");
+            let reasons: Vec<_> = listed
+                .items
+                .iter()
+                .filter_map(|e| e.reason.clone())
+                .collect();
+            if reasons.iter().any(|r| r == "RingKeyGenerated") {
+                assert!(
+                    !reasons.iter().any(|r| r.starts_with("Entered")),
+                    "the phases were not persisted, so the repeated pass tells them: {reasons:?}"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no RingKeyGenerated Event: {reasons:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         sandbox.shutdown().await;
     }
 
