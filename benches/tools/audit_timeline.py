@@ -18,7 +18,12 @@ seconds from the run's first Habitat create, as quantiles over its Habitats:
 Then three waits per Habitat (StatefulSet after the Habitat, first pod after the StatefulSet,
 Ready after the last pod status) and the latency the server measured for the writes of the
 driver and of the operator, by verb and resource (request received to response complete, ms).
-Used in docs/performance.md (eighteenth pass). Needs only python3.
+
+Then the pace of kube-controller-manager's StatefulSet controller in the run's first 4 s (its
+requests in the run's namespace, and their latency): it creates every pod, each of its workers
+one request at a time, so a busier server slows it. And how many writes the run's client had
+in flight at once (the operator's, or the floor's), on average over the run and at most.
+Used in docs/performance.md (eighteenth and twenty-fifth passes). Needs only python3.
 """
 import collections
 import json
@@ -33,6 +38,10 @@ CLIENTS = ("habitat-operator", "habitat-bench")
 # Audit verbs that write; a server-side apply is a `patch`.
 WRITES = ("create", "update", "patch")
 HABITAT = re.compile(r"^(bench-\d+)")
+# kube-controller-manager's controller that creates the StatefulSets' pods (the suffix of its
+# User-Agent), and how long from a run's first create its pace is measured.
+STATEFULSET_CONTROLLER = "statefulset-controller"
+PACE_WINDOW_S = 4.0
 
 
 def seconds(stamp):
@@ -71,6 +80,7 @@ def read(path):
                 "subresource": ref.get("subresource", ""),
                 "name": ref.get("name", ""),
                 "client": e.get("userAgent", "").split("/")[0],
+                "agent": e.get("userAgent", ""),
                 "code": (e.get("responseStatus") or {}).get("code") or 0,
             })
     return runs
@@ -78,10 +88,9 @@ def read(path):
 
 def habitats(requests):
     """Per Habitat, the time of each milestone, from the run's first Habitat create."""
-    creates = [r["done"] for r in requests if r["resource"] == "habitats" and r["verb"] == "create"]
-    if not creates:
+    start = start_of(requests)
+    if start is None:
         return {}
-    start = min(creates)
     per = collections.defaultdict(dict)
     for r in sorted(requests, key=lambda r: r["done"]):
         m = HABITAT.match(r["name"])
@@ -105,6 +114,41 @@ def habitats(requests):
         elif kind == "pods" and sub == "status":
             h["last pod status"] = t
     return per
+
+
+def start_of(requests):
+    """When the run's first Habitat create completed, or None."""
+    creates = [r["done"] for r in requests if r["resource"] == "habitats" and r["verb"] == "create"]
+    return min(creates) if creates else None
+
+
+def controller_pace(requests, start, suffix=STATEFULSET_CONTROLLER, window=PACE_WINDOW_S):
+    """The latencies (ms) of the requests a kube-controller-manager controller sent within
+    `window` seconds of `start`."""
+    return [1000 * (r["done"] - r["received"]) for r in requests
+            if r["agent"].endswith(suffix) and 0 <= r["received"] - start < window]
+
+
+def in_flight(requests, client):
+    """The writes of `client` in flight at once, the driver's Habitat creates aside: the mean
+    over the time from its first write to its last answer, and the most."""
+    edges = []
+    for r in requests:
+        if r["client"] == client and r["verb"] in WRITES and not (
+                r["resource"] == "habitats" and r["verb"] == "create"):
+            edges += [(r["received"], 1), (r["done"], -1)]
+    if not edges:
+        return 0.0, 0
+    edges.sort()
+    current = most = 0
+    area = 0.0
+    first, last = edges[0][0], edges[0][0]
+    for t, step in edges:
+        area += current * (t - last)
+        last = t
+        current += step
+        most = max(most, current)
+    return (area / (last - first) if last > first else 0.0), most
 
 
 def waits(per, later, earlier):
@@ -141,6 +185,14 @@ def main(path):
             xs = latency[key]
             print(f"  latency {key:52s} n={len(xs):5d} p50 {quantile(xs, 0.5):6.1f} ms, "
                   f"p90 {quantile(xs, 0.9):6.1f} ms, mean {sum(xs) / len(xs):6.1f} ms")
+        pace = controller_pace(runs[run], start_of(runs[run]))
+        if pace:
+            print(f"  {STATEFULSET_CONTROLLER} in the first {PACE_WINDOW_S:g} s: {len(pace)} "
+                  f"requests, latency p50 {quantile(pace, 0.5):.1f} ms, "
+                  f"mean {sum(pace) / len(pace):.1f} ms")
+        client = "habitat-operator" if run == "bench" else "habitat-bench"
+        mean, most = in_flight(runs[run], client)
+        print(f"  writes in flight ({client}): mean {mean:.1f}, most {most}")
 
 
 if __name__ == "__main__":
