@@ -130,11 +130,15 @@ def controller_pace(requests, start, suffix=STATEFULSET_CONTROLLER, window=PACE_
 
 
 def in_flight(requests, client):
-    """The writes of `client` in flight at once, the driver's Habitat creates aside: the mean
-    over the time from its first write to its last answer, and the most."""
+    """The writes of `client` in flight at once until the run's last status write, the driver's
+    Habitat creates aside (and, after the run, its removal of the required floor's finalizers):
+    the mean over the time from its first write to its last answer, and the most."""
+    statuses = [r["done"] for r in requests if r["resource"] == "habitats"
+                and r["subresource"] == "status" and r["verb"] in WRITES]
+    end = max(statuses, default=float("inf"))
     edges = []
     for r in requests:
-        if r["client"] == client and r["verb"] in WRITES and not (
+        if r["client"] == client and r["verb"] in WRITES and r["received"] <= end and not (
                 r["resource"] == "habitats" and r["verb"] == "create"):
             edges += [(r["received"], 1), (r["done"], -1)]
     if not edges:
