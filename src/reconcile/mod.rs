@@ -819,17 +819,27 @@ mod tests {
         ns: &str,
         finalizers: Option<Vec<String>>,
     ) -> (Api<Habitat>, Habitat) {
+        let mut h = crate::api::fixtures::habitat();
+        h.metadata.finalizers = finalizers;
+        habitat_of(client, ns, h).await
+    }
+
+    /// Creates namespace `ns` and, in it, `h` as the Habitat `redis`.
+    async fn habitat_of(
+        client: &kube::Client,
+        ns: &str,
+        mut h: Habitat,
+    ) -> (Api<Habitat>, Habitat) {
         let mut namespace = Namespace::default();
         namespace.metadata.name = Some(ns.into());
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &namespace)
             .await
             .expect("namespace created");
-        let mut h = crate::api::fixtures::habitat();
         h.metadata = kube::api::ObjectMeta {
             name: Some("redis".into()),
             namespace: Some(ns.into()),
-            finalizers,
+            finalizers: h.metadata.finalizers.take(),
             ..Default::default()
         };
         let habitats: Api<Habitat> = Api::namespaced(client.clone(), ns);
@@ -887,26 +897,11 @@ mod tests {
     #[tokio::test]
     async fn a_refused_finalizer_keeps_the_events_of_the_pass() {
         let (sandbox, client) = sandbox_with_crd().await;
-        let mut namespace = Namespace::default();
-        namespace.metadata.name = Some("raced".into());
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .expect("namespace created");
         let mut h = crate::api::fixtures::habitat();
-        h.metadata = kube::api::ObjectMeta {
-            name: Some("redis".into()),
-            namespace: Some("raced".into()),
-            ..Default::default()
-        };
         h.spec.service.ring = Some(crate::api::RingSpec {
             name: "blue".into(),
         });
-        let habitats: Api<Habitat> = Api::namespaced(client.clone(), "raced");
-        let created = habitats
-            .create(&PostParams::default(), &h)
-            .await
-            .expect("Habitat created");
+        let (habitats, created) = habitat_of(&client, "raced", h).await;
         // Another writer changes the finalizers after the copy was read.
         let other = serde_json::json!({"metadata": {"finalizers": ["example.com/other"]}});
         habitats
