@@ -514,7 +514,85 @@ async fn a_watch_is_not_expired_by_other_types_changes(ground: Ground) {
     assert_eq!(seen, vec!["ADDED after".to_string()]);
 }
 
+const CMS: &str = "/api/v1/namespaces/NS/configmaps";
+
+fn labelled(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels}, "data": {"x": "1"}})
+}
+
+async fn apply_as_m(env: &Env, name: &str, body: Value) -> Value {
+    let path = format!("{CMS}/{name}?fieldManager=m&force=true");
+    ok(&call(env, "PATCH", &path, &body, "application/apply-patch+yaml").await).clone()
+}
+
+fn labels(o: &Value) -> Vec<String> {
+    o["metadata"]["labels"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn meta_of(o: &Value) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    serde_json::from_value(o["metadata"].clone()).expect("metadata")
+}
+
+/// A create records its fields under its manager's `Update` entry, which an apply by the same
+/// manager does not remove; the operator's `ownership::upgrade` moves them into the `Apply`
+/// entry (as `csaupgrade`), after which the apply removes what it no longer sets. An `Update`
+/// entry whose fields the apply covers needs no move.
+async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
+    use habitat_operator::cluster::ownership::upgrade;
+    let Some(env) = Env::start_with(ground, "fidelity-owners", false).await else {
+        return;
+    };
+    let created = ok(&post(
+        &env,
+        &format!("{CMS}?fieldManager=m"),
+        labelled("c", json!({"a": "1", "b": "2"})),
+    )
+    .await)
+    .clone();
+    assert!(created["metadata"]["managedFields"].is_array(), "{created}");
+    let applied = apply_as_m(&env, "c", labelled("c", json!({"a": "1"}))).await;
+    assert_eq!(
+        labels(&applied),
+        ["a", "b"],
+        "an apply alone keeps a created field"
+    );
+    let patch = upgrade(&meta_of(&applied), "m").expect("the create's entry owns b");
+    let path = format!("{CMS}/c?fieldManager=m");
+    let moved = call(
+        &env,
+        "PATCH",
+        &path,
+        &serde_json::to_value(&patch).expect("patch"),
+        "application/json-patch+json",
+    )
+    .await;
+    ok(&moved);
+    let again = apply_as_m(&env, "c", labelled("c", json!({"a": "1"}))).await;
+    assert_eq!(labels(&again), ["a"], "{again}");
+    assert!(upgrade(&meta_of(&again), "m").is_none());
+    let updates = again["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| a.iter().filter(|e| e["operation"] == "Update").count())
+        .unwrap_or_default();
+    assert_eq!(updates, 0, "{again}");
+
+    // The same fields applied over their create: nothing to move (the peer ConfigMap's case).
+    ok(&post(
+        &env,
+        &format!("{CMS}?fieldManager=m"),
+        labelled("d", json!({"a": "1"})),
+    )
+    .await);
+    let same = apply_as_m(&env, "d", labelled("d", json!({"a": "2"}))).await;
+    assert!(upgrade(&meta_of(&same), "m").is_none(), "{same}");
+}
+
 on_both_grounds!(
+    a_created_field_leaves_only_once_moved_to_the_apply,
     a_watch_is_not_expired_by_other_types_changes,
     a_list_is_paged_by_limit_and_continue,
     statefulset_spec_is_immutable_but_for_a_few_fields,

@@ -200,7 +200,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         }
         (&Method::GET, Some(n)) => {
             let inner = store.lock();
-            let obj = inner.get(&rt, ns, n)?;
+            let obj = inner.get_with_managed_fields(&rt, ns, n)?;
             if r.wants_table() {
                 let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
                 return Ok(json_response(
@@ -214,7 +214,8 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         (&Method::POST, None) => {
             let body = parse_json(&r)?;
             let warnings = check_fields(app, &rt, &r, "CreateOptions", |_| Some(body.clone()))?;
-            let obj = write(app, &r, |i| i.create(&rt, ns, body));
+            let manager = r.query.get("fieldManager").map(String::as_str);
+            let obj = write(app, &r, |i| i.create_by(&rt, ns, body, manager));
             Ok(warned(obj.map(|o| json_response(201, &o)), &warnings))
         }
         (&Method::PUT, Some(n)) => {

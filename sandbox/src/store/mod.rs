@@ -14,6 +14,7 @@ mod delete;
 pub mod history;
 mod hooks;
 mod names;
+mod ownership;
 mod rules;
 mod write;
 
@@ -99,6 +100,8 @@ pub struct Inner {
     histories: history::Histories,
     /// The last apply of each (field manager, status subresource) per object.
     applied: HashMap<ObjKey, HashMap<(String, bool), Value>>,
+    /// The field manager of each object's create and the fields it set (its `Update` entry).
+    created: HashMap<ObjKey, (String, Value)>,
     /// Whether writes are validated like a client's (off for a scheduler's binding).
     checked: bool,
     /// The key of each stored object by uid.
@@ -157,6 +160,7 @@ impl Default for Store {
             by_key: HashMap::new(),
             histories: history::Histories::default(),
             applied: HashMap::new(),
+            created: HashMap::new(),
             checked: true,
             uids: HashMap::new(),
             dependents: HashMap::new(),
@@ -468,6 +472,7 @@ impl Inner {
                     self.queue_dependents(meta::uid_of(&prev));
                 }
                 self.applied.remove(&key);
+                self.created.remove(&key);
                 None
             }
             _ => {

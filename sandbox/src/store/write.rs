@@ -134,6 +134,26 @@ impl Inner {
         Ok(view)
     }
 
+    /// Create an object (POST) as `manager`, whose fields the object's `managedFields` then
+    /// name (Events aside: nothing reads their ownership).
+    pub fn create_by(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+        manager: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let Some(manager) = manager.filter(|m| !m.is_empty() && !rt.is_event()) else {
+            return self.create(rt, ns, obj);
+        };
+        let fields = super::ownership::fields_of(&obj);
+        let view = self.create(rt, ns, obj)?;
+        let key = Inner::key(rt, ns, meta::name(&view));
+        self.created
+            .insert(key.clone(), (manager.to_string(), fields));
+        Ok(self.with_managed_fields(rt, &key, view))
+    }
+
     /// Replace an object (PUT), or its status when `status` is true.
     pub fn update(
         &mut self,
@@ -238,8 +258,11 @@ impl Inner {
                 let mut obj = applied.clone();
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
                 let created = self.create(rt, ns, obj)?;
-                self.applied.entry(key).or_default().insert(akey, applied);
-                return Ok(created);
+                self.applied
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(akey, applied);
+                return Ok(self.with_managed_fields(rt, &key, created));
             };
             let live = self.view_ref(rt, &old);
             self.check_rv(rt, &live, &applied)?;
@@ -247,16 +270,31 @@ impl Inner {
             let merged = patch::server_side_apply(&live, &applied, prev.as_ref());
             let result = self.commit(rt, key.clone(), &old, merged, status);
             if result.is_ok() && self.by_key.contains_key(&key) {
-                self.applied.entry(key).or_default().insert(akey, applied);
+                self.applied
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(akey, applied);
             }
-            return result;
+            return result.map(|v| self.with_managed_fields(rt, &key, v));
         }
         let old = old.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
         let live = self.view_ref(rt, &old);
         let candidate = patch::apply_patch(pt, &live, body)?;
         self.check_rv(rt, &live, &candidate)?;
+        // A client that writes managedFields replaces the object's (`csaupgrade`'s patch).
+        let owners = match candidate["metadata"].get("managedFields") {
+            Some(Value::Array(entries)) => Some(entries.clone()),
+            _ => None,
+        };
         let candidate = self.unview(rt, candidate);
-        self.commit(rt, key, &old, candidate, status)
+        let written = self.commit(rt, key.clone(), &old, candidate, status)?;
+        match owners {
+            Some(entries) => {
+                self.replace_managed_fields(&key, &written, &entries);
+                Ok(self.with_managed_fields(rt, &key, written))
+            }
+            None => Ok(written),
+        }
     }
 
     /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
