@@ -379,6 +379,48 @@ async fn files_binds_env_channel_group_and_storage_reach_the_statefulset(ground:
     assert!(claims.contains("data-example-persisted-0"), "{claims}");
 }
 
+/// The container's env var names of a StatefulSet.
+fn env_names(sts: &StatefulSet) -> Vec<String> {
+    sts.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers[0].env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .collect()
+}
+
+/// The children are created (a POST), which records their fields under the operator's
+/// `Update` entry; an apply alone would leave a field it no longer sets there. The operator
+/// moves those fields to its `Apply` entry first, so what the spec drops leaves the child.
+async fn a_field_taken_out_of_the_spec_leaves_the_child_created_for_it(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "spec-drop");
+    env.apply_example("env-vars");
+    env.wait_phase("example-env", "Ready", timeout(&env)).await;
+    let created = statefulset(&env, "example-env").await;
+    assert!(env_names(&created).contains(&"HAB_REDIS".to_string()));
+    env.patch("example-env", r#"{"spec":{"env":null}}"#);
+    wait_for(
+        timeout(&env),
+        "HAB_REDIS to leave the StatefulSet",
+        || async {
+            !env_names(&statefulset(&env, "example-env").await).contains(&"HAB_REDIS".to_string())
+        },
+    )
+    .await;
+    // Nothing is left that only the create's entry owns (on a real server that entry is gone:
+    // defaulting filled in fields it owned alone, so its fields were moved).
+    let sts = statefulset(&env, "example-env").await;
+    assert!(
+        habitat_operator::cluster::ownership::upgrade(&sts.metadata, "habitat-operator").is_none(),
+        "{:?}",
+        sts.metadata.managed_fields
+    );
+    env.wait_phase("example-env", "Ready", timeout(&env)).await;
+}
+
 async fn scaling_does_not_restart_the_pods_that_stay(ground: Ground) {
     require_kubectl!();
     let env = env_on!(ground, "scale-keep");
@@ -510,6 +552,7 @@ on_both_grounds!(
     the_user_toml_secret_is_mounted_renaming_it_rolls_pods_and_editing_it_does_not,
     files_binds_env_channel_group_and_storage_reach_the_statefulset,
     scaling_does_not_restart_the_pods_that_stay,
+    a_field_taken_out_of_the_spec_leaves_the_child_created_for_it,
     children_live_in_the_habitats_namespace_and_other_namespaces_are_not_watched,
     an_invalid_spec_is_refused_with_a_message_that_names_the_fields,
 );

@@ -1,15 +1,17 @@
-//! Writing children: server-side apply under one field manager with force, so every write is
-//! idempotent; a fingerprint annotation tells the observer whether a child matches the spec.
+//! Writing children: created when new, then server-side applied under one field manager with
+//! force, so every write is idempotent; a fingerprint annotation tells the observer whether a
+//! child matches the spec.
 
 use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::ownership;
 use crate::error::{is_not_found, Error};
 
 /// The field manager of every write the operator makes.
@@ -32,8 +34,12 @@ pub fn carries(live: &ObjectMeta, fingerprint: &str) -> bool {
         .is_some_and(|f| f == fingerprint)
 }
 
-/// Server-side applies `desired` (stamped with its fingerprint) and returns the live object.
-pub async fn apply<K>(client: &Client, desired: &K) -> Result<K, Error>
+/// Writes `desired` (stamped with its fingerprint) and returns the live object. A child the
+/// cache does not hold (`cached` false) is created with a POST; one that exists is server-side
+/// applied, and its fields moved from a create's entry to the apply's first when the create's
+/// entry owns one the apply does not ([`ownership`](super::ownership)): the apply is then sent
+/// again, so that it removes what the operator no longer sets.
+pub async fn apply<K>(client: &Client, desired: &K, cached: bool) -> Result<K, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -47,24 +53,60 @@ where
     stamped
         .annotations_mut()
         .insert(FINGERPRINT_ANNOTATION.to_string(), fp);
+    let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
+    let failed = |action: &'static str| {
+        let name = name.clone();
+        move |source| Error::Apply {
+            action,
+            kind: K::kind(&()).into_owned(),
+            name,
+            source,
+        }
+    };
+    if !cached {
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &stamped).await {
+            Ok(created) => return Ok(created),
+            // Created meanwhile (by this operator's earlier pass the cache has not shown yet, or
+            // by someone else): applied over, as any existing child.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(source) => return Err(failed("create")(source)),
+        }
+    }
     let mut body = serde_json::to_value(&stamped).unwrap_or_default();
     // Apply bodies name their type; the k8s-openapi structs leave it implicit.
     body["apiVersion"] = K::api_version(&()).into();
     body["kind"] = K::kind(&()).into();
-    let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(|source| Error::Apply {
-        action: "apply",
-        kind: K::kind(&()).into_owned(),
-        name,
-        source,
-    })
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let owner = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let mut tries = 0;
+    loop {
+        let applied = api
+            .patch(&name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(failed("apply"))?;
+        let Some(upgrade) = ownership::upgrade(applied.meta(), FIELD_MANAGER) else {
+            return Ok(applied);
+        };
+        // The move names the resourceVersion it read: another writer in between (a controller
+        // writing the status) refuses it with 409, and the apply is sent again to read anew.
+        tries += 1;
+        match api.patch(&name, &owner, &Patch::Json::<()>(upgrade)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 && tries < MOVE_TRIES => continue,
+            Err(source) => return Err(failed("take over the fields of")(source)),
+        }
+    }
 }
+
+/// How many times a move of a create's fields is tried before the pass fails (and is retried).
+const MOVE_TRIES: u32 = 3;
 
 /// Deletes `name`; an object already gone is not an error.
 pub async fn delete<K>(client: &Client, namespace: &str, name: &str) -> Result<(), Error>

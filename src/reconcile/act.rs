@@ -201,7 +201,7 @@ where
         + std::fmt::Debug
         + Slim,
 {
-    let mut written = apply(&ctx.client, desired).await?;
+    let mut written = apply(&ctx.client, desired, seen.is_some()).await?;
     written.slim();
     recent.record(seen.as_ref(), &written);
     ctx.echoes.wrote(&written);

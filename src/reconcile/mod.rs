@@ -1085,11 +1085,18 @@ mod tests {
             .await
             .expect("the reconcile succeeds");
         let log = timed.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let writes: Vec<&Span> = log.iter().filter(|s| s.method == "PATCH").collect();
+        // A child the cache does not hold is created: a POST to its collection.
+        let writes: Vec<&Span> = log
+            .iter()
+            .filter(|s| s.method == "PATCH" || (s.method == "POST" && !s.path.ends_with("/events")))
+            .collect();
         let write = |path: &str| {
+            let collection = path.rsplit_once('/').map_or(path, |(c, _)| c);
             *writes
                 .iter()
-                .find(|s| s.path.ends_with(path))
+                .find(|s| {
+                    s.path.ends_with(path) || (s.method == "POST" && s.path.ends_with(collection))
+                })
                 .unwrap_or_else(|| panic!("no write of {path} in {writes:#?}"))
         };
         let answered = |s: &Span| s.answered.expect("every write is answered");
