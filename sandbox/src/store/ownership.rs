@@ -3,9 +3,11 @@
 //! a create with a `fieldManager` set (an `Update` entry). A write's response carries them; a
 //! patch that sets `metadata.managedFields` replaces them, as client-go's `csaupgrade` does to
 //! move a create's fields into an apply's, so that the next apply removes what it no longer
-//! sets. A GET shows them too; lists and watches do not. Not modelled: the `Update` entries of updates and non-apply patches, and field sets of
-//! what defaulting filled in (the sandbox records the fields a create's body set). Field sets
-//! name map keys (`f:NAME`) and stop at lists, which the sandbox's apply replaces whole.
+//! sets. A GET shows them too; lists and watches do not. Not modelled: the `Update` entries of
+//! updates and non-apply patches, and field sets of what defaulting filled in (the sandbox
+//! records the fields a create's body set). Field sets name map keys (`f:NAME`) and stop at
+//! lists, which the sandbox's apply replaces whole (a real server merges a list of containers
+//! by name).
 
 use super::{Inner, ObjKey};
 use crate::meta;
