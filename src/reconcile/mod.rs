@@ -915,14 +915,17 @@ mod tests {
         assert_eq!(action, Action::requeue(Duration::from_millis(200)));
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(client.clone(), "raced");
+        let reasons = || async {
+            let listed = events.list(&Default::default()).await.expect("Events");
+            listed
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect::<Vec<_>>()
+        };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let listed = events.list(&Default::default()).await.expect("Events");
-            let reasons: Vec<_> = listed
-                .items
-                .iter()
-                .filter_map(|e| e.reason.clone())
-                .collect();
+            let reasons = reasons().await;
             if reasons.iter().any(|r| r == "RingKeyGenerated") {
                 break;
             }
@@ -935,12 +938,7 @@ mod tests {
         // A pass's Events go out in order, its phases' last: had they been sent, they would
         // be recorded by now.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let listed = events.list(&Default::default()).await.expect("Events");
-        let reasons: Vec<_> = listed
-            .items
-            .iter()
-            .filter_map(|e| e.reason.clone())
-            .collect();
+        let reasons = reasons().await;
         assert!(
             !reasons.iter().any(|r| r.starts_with("Entered")),
             "the phases were not persisted, so the repeated pass tells them: {reasons:?}"
