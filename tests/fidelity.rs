@@ -591,7 +591,87 @@ async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
     assert!(upgrade(&meta_of(&same), "m").is_none(), "{same}");
 }
 
+const SVCS: &str = "/api/v1/namespaces/NS/services";
+
+/// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
+fn with_ports(ports: &[(&str, u16, Option<&str>)]) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(name, port, protocol)| match protocol {
+            Some(p) => json!({"name": name, "port": port, "appProtocol": p}),
+            None => json!({"name": name, "port": port}),
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"clusterIP": "None", "selector": {"a": "b"}, "ports": ports}})
+}
+
+fn ports_of(o: &Value) -> Vec<(String, Option<String>)> {
+    o["spec"]["ports"]
+        .as_array()
+        .map(|ports| {
+            ports
+                .iter()
+                .map(|p| {
+                    let name = p["name"].as_str().unwrap_or_default().to_string();
+                    (name, p["appProtocol"].as_str().map(String::from))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A Service's ports are a list-map keyed by port and protocol: an apply merges them item by
+/// item, in structured-merge-diff's order, leaves the items another entry owns (a create's), and
+/// removes what it alone set before. Lists the sandbox once replaced whole.
+async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
+    use habitat_operator::cluster::ownership::upgrade;
+    let Some(env) = Env::start_with(ground, "fidelity-lists", false).await else {
+        return;
+    };
+    let path = format!("{SVCS}/s?fieldManager=m&force=true");
+    let apply = |body: Value| {
+        let (env, path) = (&env, &path);
+        async move { ok(&call(env, "PATCH", path, &body, "application/apply-patch+yaml").await).clone() }
+    };
+    let created = with_ports(&[("a", 80, None), ("b", 81, None)]);
+    ok(&post(&env, &format!("{SVCS}?fieldManager=m"), created).await);
+    let s = |name: &str, protocol: Option<&str>| (name.to_string(), protocol.map(String::from));
+
+    let merged = apply(with_ports(&[("a", 80, Some("http"))])).await;
+    assert_eq!(
+        ports_of(&merged),
+        [s("a", Some("http")), s("b", None)],
+        "a merged, b kept: the create owns it"
+    );
+    let reordered = apply(with_ports(&[("c", 82, None), ("a", 80, Some("http"))])).await;
+    assert_eq!(
+        ports_of(&reordered),
+        [s("c", None), s("a", Some("http")), s("b", None)],
+        "the applied items in their order, b where it stood"
+    );
+    let dropped = apply(with_ports(&[("a", 80, None)])).await;
+    assert_eq!(
+        ports_of(&dropped),
+        [s("a", None), s("b", None)],
+        "c and a's appProtocol were the apply's alone"
+    );
+
+    let patch = upgrade(&meta_of(&dropped), "m").expect("the create's entry owns b");
+    ok(&call(
+        &env,
+        "PATCH",
+        &format!("{SVCS}/s?fieldManager=m"),
+        &serde_json::to_value(&patch).expect("patch"),
+        "application/json-patch+json",
+    )
+    .await);
+    let moved = apply(with_ports(&[("a", 80, None)])).await;
+    assert_eq!(ports_of(&moved), [s("a", None)], "{moved}");
+}
+
 on_both_grounds!(
+    an_apply_merges_a_list_map_item_by_item,
     a_created_field_leaves_only_once_moved_to_the_apply,
     a_watch_is_not_expired_by_other_types_changes,
     a_list_is_paged_by_limit_and_continue,

@@ -25,11 +25,12 @@ fn operator_rules() -> Rules {
 /// The sandbox: its leaf modules, then the nodes (a kube client program) and the store, the
 /// server over the store, the simulation over the store and nodes, and the `Sandbox` on top.
 fn sandbox_rules() -> Rules {
-    const BASE: [&str; 9] = [
+    const BASE: [&str; 10] = [
         "builtins",
         "error",
         "events",
         "faults",
+        "lists",
         "meta",
         "patch",
         "registry",

@@ -6,6 +6,7 @@ pub mod builtins;
 pub mod error;
 pub mod events;
 pub mod faults;
+pub mod lists;
 pub mod meta;
 pub mod nodes;
 pub mod patch;

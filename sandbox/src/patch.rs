@@ -1,6 +1,7 @@
 //! Patch flavours: JSON merge, JSON patch, (simplified) strategic merge, and server-side apply.
 
 use crate::error::ApiError;
+use crate::lists::{element, ListType, Schema};
 use serde_json::Value;
 
 /// The patch types of the `Content-Type` header.
@@ -165,55 +166,197 @@ fn merge_named(live: &mut Vec<Value>, items: &[Value]) {
     }
 }
 
-/// Server-side apply: merge `applied` into `live` (maps merge, lists and scalars replace),
-/// then remove the fields the same manager applied last time (`previous`) but omits now.
-pub fn server_side_apply(live: &Value, applied: &Value, previous: Option<&Value>) -> Value {
+/// Server-side apply: merge `applied` into `live`, then remove what the same manager applied last
+/// time (`previous`) but omits now, unless another manager owns it (`others`, the union of the
+/// other field sets, FieldsV1).
+///
+/// Maps merge key by key. Associative lists ([`crate::lists`]) merge item by item, keyed as their
+/// schema says, in the order structured-merge-diff gives them: the applied items in their order,
+/// each item only the live list has where it stood. Other lists and scalars are replaced.
+pub fn server_side_apply(
+    live: &Value,
+    applied: &Value,
+    previous: Option<&Value>,
+    others: &Value,
+    schema: Schema,
+) -> Value {
     let mut out = live.clone();
-    merge_replace_lists(&mut out, applied);
+    let mut path = Vec::new();
+    merge_applied(&mut out, applied, schema, &mut path);
     if let Some(prev) = previous {
-        remove_dropped(&mut out, prev, applied, 0);
+        remove_dropped(
+            &mut out,
+            prev,
+            Some(applied),
+            Some(others),
+            schema,
+            &mut path,
+        );
     }
     out
 }
 
-fn merge_replace_lists(target: &mut Value, applied: &Value) {
-    match (target.as_object_mut(), applied.as_object()) {
-        (Some(t), Some(a)) => {
-            for (k, v) in a {
-                if v.is_null() {
-                    t.remove(k);
-                } else if v.is_object() && t.get(k).is_some_and(Value::is_object) {
-                    if let Some(slot) = t.get_mut(k) {
-                        merge_replace_lists(slot, v);
-                    }
-                } else {
-                    t.insert(k.clone(), v.clone());
-                }
+fn merge_applied<'a>(
+    target: &mut Value,
+    applied: &'a Value,
+    schema: Schema,
+    path: &mut Vec<&'a str>,
+) {
+    let (Some(t), Some(a)) = (target.as_object_mut(), applied.as_object()) else {
+        *target = applied.clone();
+        return;
+    };
+    for (k, v) in a {
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        path.push(k);
+        match (t.get_mut(k), v) {
+            (Some(slot @ Value::Object(_)), Value::Object(_)) => {
+                merge_applied(slot, v, schema, path)
+            }
+            (Some(Value::Array(live)), Value::Array(items))
+                if schema.at(path) != ListType::Atomic =>
+            {
+                let merged = merge_list(live, items, schema.at(path), schema, path);
+                *live = merged;
+            }
+            _ => {
+                t.insert(k.clone(), v.clone());
             }
         }
-        _ => *target = applied.clone(),
+        path.pop();
     }
 }
 
-fn remove_dropped(target: &mut Value, prev: &Value, cur: &Value, depth: usize) {
-    let (Some(t), Some(p)) = (target.as_object_mut(), prev.as_object()) else {
-        return;
-    };
-    for (k, pv) in p {
-        if depth == 0 && matches!(k.as_str(), "apiVersion" | "kind") {
-            continue;
+/// An associative list merged: walking both lists, an item only the live list has is kept where
+/// it is, every applied item comes in the applied order (merged with its live counterpart), and
+/// a live item the apply also names waits for its turn in the applied order.
+fn merge_list<'a>(
+    live: &[Value],
+    applied: &'a [Value],
+    ty: ListType,
+    schema: Schema,
+    path: &mut Vec<&'a str>,
+) -> Vec<Value> {
+    let name = |v: &Value| element(ty, v).unwrap_or_default();
+    let live_names: Vec<String> = live.iter().map(name).collect();
+    let applied_names: Vec<String> = applied.iter().map(name).collect();
+    let in_applied: std::collections::HashSet<&str> =
+        applied_names.iter().map(String::as_str).collect();
+    let live_at = |n: &str| live_names.iter().position(|l| l == n);
+    let mut shared = applied_names.iter().filter(|n| live_at(n).is_some());
+    let mut next_shared = shared.next();
+    let mut merged = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(live.len().max(applied.len()));
+    let item = |r: usize, path: &mut Vec<&'a str>| {
+        let mut v = match live_at(&applied_names[r]) {
+            Some(l) => live[l].clone(),
+            None => Value::Null,
+        };
+        if ty == ListType::Set || !v.is_object() {
+            v = applied[r].clone();
+        } else {
+            merge_applied(&mut v, &applied[r], schema, path);
         }
-        match cur.get(k) {
-            None => {
-                t.remove(k);
+        v
+    };
+    let (mut l, mut r) = (0, 0);
+    while l < live.len() || r < applied.len() {
+        if l < live.len() && r < applied.len() {
+            if live_names[l] == applied_names[r] {
+                out.push(item(r, path));
+                merged.insert(applied_names[r].clone());
+                l += 1;
+                r += 1;
+                next_shared = shared.next();
+                continue;
             }
-            Some(cv) if pv.is_object() && cv.is_object() => {
+            let waits = in_applied.contains(live_names[l].as_str())
+                && next_shared.is_some_and(|n| *n != live_names[l]);
+            if waits {
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() {
+            if !in_applied.contains(live_names[l].as_str()) {
+                out.push(live[l].clone());
+                l += 1;
+                continue;
+            }
+            if merged.contains(&live_names[l]) {
+                l += 1;
+            }
+        }
+        if r < applied.len() {
+            out.push(item(r, path));
+            merged.insert(applied_names[r].clone());
+            if next_shared.is_some_and(|n| *n == applied_names[r]) {
+                next_shared = shared.next();
+            }
+            r += 1;
+        }
+    }
+    out
+}
+
+/// Removes from `target` what `prev` set and `cur` does not (`cur` None: nothing of `prev` is
+/// set any more), keeping what `others` (a field set) owns: a field another manager owns stays,
+/// with those of its fields the other manager owns.
+fn remove_dropped<'a>(
+    target: &mut Value,
+    prev: &'a Value,
+    cur: Option<&Value>,
+    others: Option<&Value>,
+    schema: Schema,
+    path: &mut Vec<&'a str>,
+) {
+    match (target, prev) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, pv) in p {
+                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind") {
+                    continue;
+                }
+                let owned = others.and_then(|o| o.get(format!("f:{k}")));
+                let now = cur.and_then(|c| c.get(k));
+                if now.is_none() && owned.is_none() {
+                    t.remove(k);
+                    continue;
+                }
                 if let Some(slot) = t.get_mut(k) {
-                    remove_dropped(slot, pv, cv, depth + 1);
+                    path.push(k);
+                    remove_dropped(slot, pv, now, owned, schema, path);
+                    path.pop();
                 }
             }
-            Some(_) => {}
         }
+        (Value::Array(t), Value::Array(p)) => {
+            let ty = schema.at(path);
+            if ty == ListType::Atomic {
+                return;
+            }
+            let name = |v: &Value| element(ty, v).unwrap_or_default();
+            let now: Vec<(String, &Value)> = match cur.and_then(Value::as_array) {
+                Some(c) => c.iter().map(|v| (name(v), v)).collect(),
+                None => Vec::new(),
+            };
+            for item in p {
+                let n = name(item);
+                let still = now.iter().find(|(m, _)| *m == n).map(|(_, v)| *v);
+                let owned = others.and_then(|o| o.get(&n));
+                let Some(at) = t.iter().position(|v| name(v) == n) else {
+                    continue;
+                };
+                if still.is_none() && owned.is_none() {
+                    t.remove(at);
+                } else if ty != ListType::Set {
+                    remove_dropped(&mut t[at], item, still, owned, schema, path);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -264,13 +407,92 @@ mod tests {
         .is_err());
     }
 
+    const CM: Schema = Schema {
+        group: "",
+        kind: "ConfigMap",
+    };
+    const STS: Schema = Schema {
+        group: "apps",
+        kind: "StatefulSet",
+    };
+
     #[test]
     fn apply_removes_dropped_fields() {
         let live = json!({"spec": {"a": 1, "b": 2, "other": 3, "list": [1, 2]}});
         let prev = json!({"spec": {"a": 1, "b": 2, "list": [1, 2]}});
         let cur = json!({"spec": {"a": 5, "list": [3]}});
-        let out = server_side_apply(&live, &cur, Some(&prev));
+        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), CM);
         assert_eq!(out, json!({"spec": {"a": 5, "other": 3, "list": [3]}}));
+    }
+
+    #[test]
+    fn apply_keeps_a_dropped_field_another_manager_owns() {
+        let live = json!({"data": {"a": "1", "b": "2"}});
+        let prev = json!({"data": {"a": "1", "b": "2"}});
+        let others = json!({"f:data": {"f:b": {}}});
+        let out = server_side_apply(
+            &live,
+            &json!({"data": {"a": "1"}}),
+            Some(&prev),
+            &others,
+            CM,
+        );
+        assert_eq!(out, json!({"data": {"a": "1", "b": "2"}}));
+        let out = server_side_apply(&live, &json!({}), Some(&prev), &others, CM);
+        assert_eq!(out, json!({"data": {"b": "2"}}), "the rest of data leaves");
+    }
+
+    fn env(names: &[&str]) -> Value {
+        let env: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "value": n}))
+            .collect();
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "env": env}]}}}})
+    }
+
+    fn env_names(v: &Value) -> Vec<String> {
+        v["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|i| i["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn apply_merges_an_associative_list_by_key() {
+        let live = env(&["A", "B", "C"]);
+        let mut applied = env(&["C", "D", "A"]);
+        applied["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] = json!("new");
+        let out = server_side_apply(&live, &applied, None, &json!({}), STS);
+        assert_eq!(env_names(&out), ["B", "C", "D", "A"]);
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"],
+            "new"
+        );
+        // An atomic list (not a pod template's) is replaced.
+        let out = server_side_apply(&live, &applied, None, &json!({}), CM);
+        assert_eq!(env_names(&out), ["C", "D", "A"]);
+    }
+
+    #[test]
+    fn apply_removes_a_dropped_item_unless_another_manager_owns_it() {
+        let live = env(&["A", "B", "C"]);
+        let prev = env(&["A", "B", "C"]);
+        let cur = env(&["A"]);
+        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), STS);
+        assert_eq!(env_names(&out), ["A"]);
+        let others = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            r#"k:{"name":"c"}"#: {"f:env": {r#"k:{"name":"B"}"#: {".": {}, "f:name": {}}}}}}}}});
+        let out = server_side_apply(&live, &cur, Some(&prev), &others, STS);
+        assert_eq!(env_names(&out), ["A", "B"]);
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"][0]["env"][1],
+            json!({"name": "B"}),
+            "B's value was the applier's alone"
+        );
     }
 
     #[test]

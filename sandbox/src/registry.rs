@@ -51,6 +51,14 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// Which of its lists are associative ([`crate::lists`]).
+    pub fn schema(&self) -> crate::lists::Schema<'_> {
+        crate::lists::Schema {
+            group: &self.group,
+            kind: &self.kind,
+        }
+    }
+
     /// `group/version` or `version` for core.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

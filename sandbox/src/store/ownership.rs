@@ -3,13 +3,15 @@
 //! a create with a `fieldManager` set (an `Update` entry). A write's response carries them; a
 //! patch that sets `metadata.managedFields` replaces them, as client-go's `csaupgrade` does to
 //! move a create's fields into an apply's, so that the next apply removes what it no longer
-//! sets. A GET shows them too; lists and watches do not. Not modelled: the `Update` entries of
-//! updates and non-apply patches, and field sets of what defaulting filled in (the sandbox
-//! records the fields a create's body set). Field sets name map keys (`f:NAME`) and stop at
-//! lists, which the sandbox's apply replaces whole (a real server merges a list of containers
-//! by name).
+//! sets. An apply removes nothing another entry owns. A GET shows them too; lists and watches do
+//! not. Field sets name map keys (`f:NAME`) and the items of associative lists (`k:{...}`,
+//! `v:...`, [`crate::lists`]); other lists are one field. Not modelled: the `Update` entries of
+//! updates and non-apply patches, field sets of what defaulting filled in (the sandbox records
+//! the fields a create's body set), and a forced apply taking a field it changes from the other
+//! entries (they keep naming it).
 
 use super::{Inner, ObjKey};
+use crate::lists::{element, ListType, Schema};
 use crate::meta;
 use crate::registry::ResourceType;
 use serde_json::{json, Map, Value};
@@ -27,51 +29,118 @@ const SERVER_METADATA: [&str; 8] = [
 ];
 
 /// The field set (FieldsV1) of a configuration: every map key down to the leaves, which are
-/// scalars or lists.
-pub fn fields_of(config: &Value) -> Value {
-    fn walk(v: &Value, top: bool, in_metadata: bool) -> Value {
-        let Some(m) = v.as_object() else {
-            return json!({});
-        };
-        let mut out = Map::new();
-        for (k, v) in m {
-            let skipped = (top && matches!(k.as_str(), "apiVersion" | "kind" | "status"))
-                || (in_metadata && SERVER_METADATA.contains(&k.as_str()));
-            if skipped || v.is_null() {
-                continue;
+/// scalars and atomic lists; an associative list names each item (`k:{...}` or `v:...`, with a
+/// `.` for the item itself), as a real server's field sets do.
+pub fn fields_of(config: &Value, schema: Schema) -> Value {
+    fn walk<'a>(v: &'a Value, path: &mut Vec<&'a str>, schema: Schema) -> Value {
+        match v {
+            Value::Object(m) => {
+                let top = path.is_empty();
+                let in_metadata = path.as_slice() == ["metadata"];
+                let mut out = Map::new();
+                for (k, v) in m {
+                    let skipped = (top && matches!(k.as_str(), "apiVersion" | "kind" | "status"))
+                        || (in_metadata && SERVER_METADATA.contains(&k.as_str()));
+                    if skipped || v.is_null() {
+                        continue;
+                    }
+                    path.push(k);
+                    out.insert(format!("f:{k}"), walk(v, path, schema));
+                    path.pop();
+                }
+                Value::Object(out)
             }
-            let sub = if v.as_object().is_some_and(|o| !o.is_empty()) {
-                walk(v, false, top && k == "metadata")
-            } else {
-                json!({})
-            };
-            out.insert(format!("f:{k}"), sub);
+            Value::Array(items) if !items.is_empty() => {
+                let ty = schema.at(path);
+                let mut out = Map::new();
+                for item in items {
+                    let Some(name) = element(ty, item) else {
+                        return json!({});
+                    };
+                    let mut sub = match ty {
+                        ListType::Map(_) => walk(item, path, schema),
+                        _ => json!({}),
+                    };
+                    if let Some(sub) = sub.as_object_mut() {
+                        if ty != ListType::Set {
+                            sub.insert(".".into(), json!({}));
+                        }
+                    }
+                    out.insert(name, sub);
+                }
+                if ty != ListType::Atomic {
+                    out.insert(".".into(), json!({}));
+                }
+                Value::Object(out)
+            }
+            _ => json!({}),
         }
-        Value::Object(out)
     }
-    walk(config, true, false)
+    walk(config, &mut Vec::new(), schema)
 }
 
 /// The part of `live` that the field set `fields` names: the configuration a manager owning
 /// those fields would have applied.
-pub fn project(live: &Value, fields: &Value) -> Value {
-    let mut out = Map::new();
-    if let (Some(l), Some(f)) = (live.as_object(), fields.as_object()) {
-        for (k, sub) in f {
-            let Some(name) = k.strip_prefix("f:") else {
-                continue;
-            };
-            let Some(value) = l.get(name) else { continue };
-            let deeper = sub.as_object().is_some_and(|s| s.keys().any(|k| k != "."));
-            let v = if deeper && value.is_object() {
-                project(value, sub)
-            } else {
-                value.clone()
-            };
-            out.insert(name.to_string(), v);
+pub fn project(live: &Value, fields: &Value, schema: Schema) -> Value {
+    fn walk<'a>(live: &'a Value, fields: &Value, path: &mut Vec<&'a str>, schema: Schema) -> Value {
+        let named = |f: &Value| f.as_object().is_some_and(|s| s.keys().any(|k| k != "."));
+        match live {
+            Value::Object(l) => {
+                let mut out = Map::new();
+                for (k, sub) in fields.as_object().into_iter().flatten() {
+                    let Some(name) = k.strip_prefix("f:") else {
+                        continue;
+                    };
+                    let Some((key, value)) = l.get_key_value(name) else {
+                        continue;
+                    };
+                    path.push(key);
+                    let v = if named(sub) {
+                        walk(value, sub, path, schema)
+                    } else {
+                        value.clone()
+                    };
+                    path.pop();
+                    out.insert(name.to_string(), v);
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) if named(fields) => {
+                let ty = schema.at(path);
+                let kept = items.iter().filter_map(|item| {
+                    let sub = fields.get(element(ty, item)?)?;
+                    Some(match ty {
+                        ListType::Map(_) if named(sub) => walk(item, sub, path, schema),
+                        _ => item.clone(),
+                    })
+                });
+                Value::Array(kept.collect())
+            }
+            other => other.clone(),
         }
     }
-    Value::Object(out)
+    walk(live, fields, &mut Vec::new(), schema)
+}
+
+/// The union of two field sets. A field one names whole (`{}`) and the other by its parts is
+/// named both ways (`.` and the parts).
+pub fn union(a: &Value, b: &Value) -> Value {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) if x.is_empty() && !y.is_empty() => union(&json!({".": {}}), b),
+        (Some(x), Some(y)) if y.is_empty() && !x.is_empty() => union(a, &json!({".": {}})),
+        (Some(x), Some(y)) => {
+            let mut out = x.clone();
+            for (k, v) in y {
+                let merged = match out.get(k) {
+                    Some(w) => union(w, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        _ => json!({}),
+    }
 }
 
 fn entry(rt: &ResourceType, manager: &str, operation: &str, status: bool, fields: Value) -> Value {
@@ -97,13 +166,39 @@ impl Inner {
             let mut managers: Vec<_> = applied.iter().collect();
             managers.sort_by(|a, b| a.0.cmp(b.0));
             for ((manager, status), config) in managers {
-                entries.push(entry(rt, manager, "Apply", *status, fields_of(config)));
+                entries.push(entry(
+                    rt,
+                    manager,
+                    "Apply",
+                    *status,
+                    fields_of(config, rt.schema()),
+                ));
             }
         }
         if let Some((manager, fields)) = self.created.get(key) {
             entries.push(entry(rt, manager, "Update", false, fields.clone()));
         }
         entries
+    }
+
+    /// What managers other than `applier` (a manager and whether it applies to the status) own
+    /// of `key`: the union of their field sets.
+    pub(super) fn owned_by_others(
+        &self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        applier: &(String, bool),
+    ) -> Value {
+        let mut owned = json!({});
+        for (manager, config) in self.applied.get(key).into_iter().flatten() {
+            if manager != applier {
+                owned = union(&owned, &fields_of(config, rt.schema()));
+            }
+        }
+        if let Some((_, fields)) = self.created.get(key) {
+            owned = union(&owned, fields);
+        }
+        owned
     }
 
     /// An object as a GET answers it: with its `managedFields` (lists and watches leave them
@@ -134,7 +229,13 @@ impl Inner {
 
     /// Replaces the ownership of `key` by the `managedFields` a client wrote over `live`: an
     /// entry left out is dropped, an `Apply` entry's fields become what its manager applied.
-    pub(super) fn replace_managed_fields(&mut self, key: &ObjKey, live: &Value, entries: &[Value]) {
+    pub(super) fn replace_managed_fields(
+        &mut self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        live: &Value,
+        entries: &[Value],
+    ) {
         let mut applied = std::collections::HashMap::new();
         let mut created = None;
         for e in entries {
@@ -143,7 +244,7 @@ impl Inner {
             let fields = e.get("fieldsV1").cloned().unwrap_or_else(|| json!({}));
             match e["operation"].as_str() {
                 Some("Apply") => {
-                    applied.insert((manager, status), project(live, &fields));
+                    applied.insert((manager, status), project(live, &fields, rt.schema()));
                 }
                 Some("Update") if !status => {
                     let was = self.created.get(key).map(|(m, _)| m.as_str());
@@ -170,6 +271,15 @@ impl Inner {
 mod tests {
     use super::*;
 
+    const CM: Schema = Schema {
+        group: "",
+        kind: "ConfigMap",
+    };
+    const SVC: Schema = Schema {
+        group: "",
+        kind: "Service",
+    };
+
     #[test]
     fn a_field_set_names_map_keys_down_to_scalars_and_lists_without_server_fields() {
         let config = json!({
@@ -180,9 +290,19 @@ mod tests {
             "status": {"phase": "x"},
         });
         assert_eq!(
-            fields_of(&config),
+            fields_of(&config, CM),
             json!({"f:metadata": {"f:labels": {"f:a": {}}, "f:annotations": {}},
                    "f:data": {"f:x": {}}, "f:spec": {"f:ports": {}}})
+        );
+        // A Service's ports are a list-map: its field set names each port.
+        assert_eq!(
+            fields_of(&config, SVC)["f:spec"],
+            json!({"f:ports": {".": {}, r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}})
+        );
+        let finalizers = json!({"metadata": {"finalizers": ["a", "b"]}});
+        assert_eq!(
+            fields_of(&finalizers, CM),
+            json!({"f:metadata": {"f:finalizers": {".": {}, r#"v:"a""#: {}, r#"v:"b""#: {}}}})
         );
     }
 
@@ -193,9 +313,29 @@ mod tests {
         let fields = json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}},
                             "f:data": {"f:y": {}}, "f:spec": {"f:ports": {}}, "f:gone": {}});
         assert_eq!(
-            project(&live, &fields),
+            project(&live, &fields, CM),
             json!({"metadata": {"labels": {"a": "1"}}, "data": {"y": "2"},
                    "spec": {"ports": [{"port": 80}]}})
+        );
+        let live =
+            json!({"spec": {"ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b"}]}});
+        let fields = json!({"f:spec": {"f:ports": {r#"k:{"port":81,"protocol":"TCP"}"#: {
+            ".": {}, "f:port": {}}}}});
+        assert_eq!(
+            project(&live, &fields, SVC),
+            json!({"spec": {"ports": [{"port": 81}]}}),
+            "the items named, with their fields named"
+        );
+    }
+
+    #[test]
+    fn a_union_names_what_either_names() {
+        assert_eq!(
+            union(
+                &json!({"f:a": {}, "f:b": {"f:c": {}}}),
+                &json!({"f:a": {"f:x": {}}, "f:d": {}})
+            ),
+            json!({"f:a": {".": {}, "f:x": {}}, "f:b": {"f:c": {}}, "f:d": {}})
         );
     }
 }

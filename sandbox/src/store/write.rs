@@ -146,7 +146,7 @@ impl Inner {
         let Some(manager) = manager.filter(|m| !m.is_empty() && !rt.is_event()) else {
             return self.create(rt, ns, obj);
         };
-        let fields = super::ownership::fields_of(&obj);
+        let fields = super::ownership::fields_of(&obj, rt.schema());
         let view = self.create(rt, ns, obj)?;
         let key = Inner::key(rt, ns, meta::name(&view));
         self.created
@@ -267,7 +267,9 @@ impl Inner {
             let live = self.view_ref(rt, &old);
             self.check_rv(rt, &live, &applied)?;
             let prev = self.applied.get(&key).and_then(|a| a.get(&akey)).cloned();
-            let merged = patch::server_side_apply(&live, &applied, prev.as_ref());
+            let others = self.owned_by_others(rt, &key, &akey);
+            let merged =
+                patch::server_side_apply(&live, &applied, prev.as_ref(), &others, rt.schema());
             let result = self.commit(rt, key.clone(), &old, merged, status);
             if result.is_ok() && self.by_key.contains_key(&key) {
                 self.applied
@@ -290,7 +292,7 @@ impl Inner {
         let written = self.commit(rt, key.clone(), &old, candidate, status)?;
         match owners {
             Some(entries) => {
-                self.replace_managed_fields(&key, &written, &entries);
+                self.replace_managed_fields(rt, &key, &written, &entries);
                 Ok(self.with_managed_fields(rt, &key, written))
             }
             None => Ok(written),
