@@ -591,6 +591,26 @@ async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
     assert!(upgrade(&meta_of(&same), "m").is_none(), "{same}");
 }
 
+/// A forced apply that changes a field another entry owns takes it: the create's entry stops
+/// naming it, so the next apply that drops it removes it.
+async fn a_forced_apply_takes_the_fields_it_changes(ground: Ground) {
+    let Some(env) = Env::start_with(ground, "fidelity-take", false).await else {
+        return;
+    };
+    let created = labelled("t", json!({"a": "1", "b": "2"}));
+    ok(&post(&env, &format!("{CMS}?fieldManager=m"), created).await);
+    let changed = apply_as_m(&env, "t", labelled("t", json!({"a": "9", "b": "2"}))).await;
+    let update = changed["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|entries| entries.iter().find(|e| e["operation"] == "Update"))
+        .map(|e| e["fieldsV1"]["f:metadata"]["f:labels"].clone())
+        .expect("the create's entry stays: it still owns b");
+    assert!(update.get("f:a").is_none(), "{update}");
+    assert!(update.get("f:b").is_some(), "{update}");
+    let dropped = apply_as_m(&env, "t", labelled("t", json!({"b": "2"}))).await;
+    assert_eq!(labels(&dropped), ["b"], "{dropped}");
+}
+
 const SVCS: &str = "/api/v1/namespaces/NS/services";
 
 /// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
@@ -671,6 +691,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    a_forced_apply_takes_the_fields_it_changes,
     an_apply_merges_a_list_map_item_by_item,
     a_created_field_leaves_only_once_moved_to_the_apply,
     a_watch_is_not_expired_by_other_types_changes,

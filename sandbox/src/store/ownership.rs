@@ -3,12 +3,12 @@
 //! a create with a `fieldManager` set (an `Update` entry). A write's response carries them; a
 //! patch that sets `metadata.managedFields` replaces them, as client-go's `csaupgrade` does to
 //! move a create's fields into an apply's, so that the next apply removes what it no longer
-//! sets. An apply removes nothing another entry owns. A GET shows them too; lists and watches do
-//! not. Field sets name map keys (`f:NAME`) and the items of associative lists (`k:{...}`,
-//! `v:...`, [`crate::lists`]); other lists are one field. Not modelled: the `Update` entries of
-//! updates and non-apply patches, field sets of what defaulting filled in (the sandbox records
-//! the fields a create's body set), and a forced apply taking a field it changes from the other
-//! entries (they keep naming it).
+//! sets. An apply removes nothing another entry owns, and takes from the other entries the
+//! fields it changes (every apply is taken as forced: the sandbox refuses none for a conflict).
+//! A GET shows them too; lists and watches do not. Field sets name map keys (`f:NAME`) and the
+//! items of associative lists (`k:{...}`, `v:...`, [`crate::lists`]); other lists are one field.
+//! Not modelled: the `Update` entries of updates and non-apply patches, and field sets of what
+//! defaulting filled in (the sandbox records the fields a create's body set).
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
@@ -122,6 +122,71 @@ pub fn project(live: &Value, fields: &Value, schema: Schema) -> Value {
     walk(live, fields, &mut Vec::new(), schema)
 }
 
+/// `fields` without what a forced apply of `applied` over `live` changes: a field whose applied
+/// value differs from the live one (a scalar or an atomic list) goes to the applier, and its
+/// other owners stop naming it. A map or list item some of whose fields went keeps the rest.
+pub fn without_changed(fields: &Value, live: &Value, applied: &Value, schema: Schema) -> Value {
+    fn walk<'a>(
+        fields: &mut Map<String, Value>,
+        live: Option<&Value>,
+        applied: &'a Value,
+        path: &mut Vec<&'a str>,
+        schema: Schema,
+    ) {
+        let Some(a) = applied.as_object() else {
+            return;
+        };
+        for (k, av) in a {
+            let key = format!("f:{k}");
+            let Some(Value::Object(sub)) = fields.get_mut(&key) else {
+                continue;
+            };
+            let lv = live.and_then(|l| l.get(k));
+            path.push(k);
+            let had_parts = !sub.is_empty();
+            match (av, schema.at(path)) {
+                (Value::Object(_), _) if had_parts => walk(sub, lv, av, path, schema),
+                (Value::Array(items), ListType::Map(_)) if had_parts => {
+                    let ty = schema.at(path);
+                    for item in items {
+                        let Some(name) = element(ty, item) else {
+                            continue;
+                        };
+                        let live_item = lv.and_then(Value::as_array).and_then(|l| {
+                            l.iter().find(|i| element(ty, i).as_ref() == Some(&name))
+                        });
+                        if let Some(Value::Object(isub)) = sub.get_mut(&name) {
+                            walk(isub, live_item, item, path, schema);
+                        }
+                    }
+                }
+                (Value::Array(_), ListType::Set) if had_parts => {}
+                _ => {
+                    if lv != Some(av) {
+                        fields.remove(&key);
+                        path.pop();
+                        continue;
+                    }
+                }
+            }
+            path.pop();
+            if had_parts
+                && fields
+                    .get(&key)
+                    .and_then(Value::as_object)
+                    .is_some_and(Map::is_empty)
+            {
+                fields.remove(&key);
+            }
+        }
+    }
+    let mut out = fields.clone();
+    if let Some(m) = out.as_object_mut() {
+        walk(m, Some(live), applied, &mut Vec::new(), schema);
+    }
+    out
+}
+
 /// The union of two field sets. A field one names whole (`{}`) and the other by its parts is
 /// named both ways (`.` and the parts).
 pub fn union(a: &Value, b: &Value) -> Value {
@@ -179,6 +244,39 @@ impl Inner {
             entries.push(entry(rt, manager, "Update", false, fields.clone()));
         }
         entries
+    }
+
+    /// A forced apply of `applied` by `applier` over `live` takes what it changes from the other
+    /// entries ([`without_changed`]); an entry left with no fields is dropped.
+    pub(super) fn take_changed(
+        &mut self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        applier: &(String, bool),
+        live: &Value,
+        applied: &Value,
+    ) {
+        let schema = rt.schema();
+        let empty = |f: &Value| f.as_object().is_none_or(Map::is_empty);
+        if let Some((manager, fields)) = self.created.get(key) {
+            let left = without_changed(fields, live, applied, schema);
+            if empty(&left) {
+                self.created.remove(key);
+            } else {
+                let manager = manager.clone();
+                self.created.insert(key.clone(), (manager, left));
+            }
+        }
+        if let Some(appliers) = self.applied.get_mut(key) {
+            appliers.retain(|manager, config| {
+                if manager == applier || manager.1 != applier.1 {
+                    return true;
+                }
+                let left = without_changed(&fields_of(config, schema), live, applied, schema);
+                *config = project(config, &left, schema);
+                !empty(&left)
+            });
+        }
     }
 
     /// What managers other than `applier` (a manager and whether it applies to the status) own
@@ -325,6 +423,27 @@ mod tests {
             project(&live, &fields, SVC),
             json!({"spec": {"ports": [{"port": 81}]}}),
             "the items named, with their fields named"
+        );
+    }
+
+    #[test]
+    fn a_forced_apply_takes_what_it_changes() {
+        let fields = json!({"f:data": {"f:a": {}, "f:b": {}}, "f:spec": {"f:ports": {".": {},
+            r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}, "f:name": {}}}}});
+        let live =
+            json!({"data": {"a": "1", "b": "2"}, "spec": {"ports": [{"port": 80, "name": "x"}]}});
+        let applied =
+            json!({"data": {"a": "9", "b": "2"}, "spec": {"ports": [{"port": 80, "name": "y"}]}});
+        assert_eq!(
+            without_changed(&fields, &live, &applied, SVC),
+            json!({"f:data": {"f:b": {}}, "f:spec": {"f:ports": {".": {},
+                r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}})
+        );
+        let all = json!({"data": {"a": "9", "b": "9"}});
+        assert_eq!(
+            without_changed(&json!({"f:data": {"f:a": {}, "f:b": {}}}), &live, &all, SVC),
+            json!({}),
+            "a map left with nothing goes"
         );
     }
 

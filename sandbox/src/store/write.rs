@@ -272,6 +272,8 @@ impl Inner {
                 patch::server_side_apply(&live, &applied, prev.as_ref(), &others, rt.schema());
             let result = self.commit(rt, key.clone(), &old, merged, status);
             if result.is_ok() && self.by_key.contains_key(&key) {
+                // Every apply is taken as forced: the sandbox refuses none for a conflict.
+                self.take_changed(rt, &key, &akey, &live, &applied);
                 self.applied
                     .entry(key.clone())
                     .or_default()
