@@ -38,6 +38,22 @@ impl Schema<'_> {
     }
 }
 
+#[cfg(test)]
+impl Schema<'static> {
+    pub(crate) const CONFIG_MAP: Self = Schema {
+        group: "",
+        kind: "ConfigMap",
+    };
+    pub(crate) const SERVICE: Self = Schema {
+        group: "",
+        kind: "Service",
+    };
+    pub(crate) const STATEFUL_SET: Self = Schema {
+        group: "apps",
+        kind: "StatefulSet",
+    };
+}
+
 /// Where a kind keeps its pod spec, as a path of map keys from the object's root.
 fn pod_spec_at(group: &str, kind: &str) -> Option<&'static [&'static str]> {
     match (group, kind) {

@@ -407,21 +407,12 @@ mod tests {
         .is_err());
     }
 
-    const CM: Schema = Schema {
-        group: "",
-        kind: "ConfigMap",
-    };
-    const STS: Schema = Schema {
-        group: "apps",
-        kind: "StatefulSet",
-    };
-
     #[test]
     fn apply_removes_dropped_fields() {
         let live = json!({"spec": {"a": 1, "b": 2, "other": 3, "list": [1, 2]}});
         let prev = json!({"spec": {"a": 1, "b": 2, "list": [1, 2]}});
         let cur = json!({"spec": {"a": 5, "list": [3]}});
-        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), CM);
+        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), Schema::CONFIG_MAP);
         assert_eq!(out, json!({"spec": {"a": 5, "other": 3, "list": [3]}}));
     }
 
@@ -435,10 +426,10 @@ mod tests {
             &json!({"data": {"a": "1"}}),
             Some(&prev),
             &others,
-            CM,
+            Schema::CONFIG_MAP,
         );
         assert_eq!(out, json!({"data": {"a": "1", "b": "2"}}));
-        let out = server_side_apply(&live, &json!({}), Some(&prev), &others, CM);
+        let out = server_side_apply(&live, &json!({}), Some(&prev), &others, Schema::CONFIG_MAP);
         assert_eq!(out, json!({"data": {"b": "2"}}), "the rest of data leaves");
     }
 
@@ -466,14 +457,14 @@ mod tests {
         let live = env(&["A", "B", "C"]);
         let mut applied = env(&["C", "D", "A"]);
         applied["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] = json!("new");
-        let out = server_side_apply(&live, &applied, None, &json!({}), STS);
+        let out = server_side_apply(&live, &applied, None, &json!({}), Schema::STATEFUL_SET);
         assert_eq!(env_names(&out), ["B", "C", "D", "A"]);
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"],
             "new"
         );
         // An atomic list (not a pod template's) is replaced.
-        let out = server_side_apply(&live, &applied, None, &json!({}), CM);
+        let out = server_side_apply(&live, &applied, None, &json!({}), Schema::CONFIG_MAP);
         assert_eq!(env_names(&out), ["C", "D", "A"]);
     }
 
@@ -482,11 +473,11 @@ mod tests {
         let live = env(&["A", "B", "C"]);
         let prev = env(&["A", "B", "C"]);
         let cur = env(&["A"]);
-        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), STS);
+        let out = server_side_apply(&live, &cur, Some(&prev), &json!({}), Schema::STATEFUL_SET);
         assert_eq!(env_names(&out), ["A"]);
         let others = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
             r#"k:{"name":"c"}"#: {"f:env": {r#"k:{"name":"B"}"#: {".": {}, "f:name": {}}}}}}}}});
-        let out = server_side_apply(&live, &cur, Some(&prev), &others, STS);
+        let out = server_side_apply(&live, &cur, Some(&prev), &others, Schema::STATEFUL_SET);
         assert_eq!(env_names(&out), ["A", "B"]);
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"][0]["env"][1],

@@ -369,15 +369,6 @@ impl Inner {
 mod tests {
     use super::*;
 
-    const CM: Schema = Schema {
-        group: "",
-        kind: "ConfigMap",
-    };
-    const SVC: Schema = Schema {
-        group: "",
-        kind: "Service",
-    };
-
     #[test]
     fn a_field_set_names_map_keys_down_to_scalars_and_lists_without_server_fields() {
         let config = json!({
@@ -388,18 +379,18 @@ mod tests {
             "status": {"phase": "x"},
         });
         assert_eq!(
-            fields_of(&config, CM),
+            fields_of(&config, Schema::CONFIG_MAP),
             json!({"f:metadata": {"f:labels": {"f:a": {}}, "f:annotations": {}},
                    "f:data": {"f:x": {}}, "f:spec": {"f:ports": {}}})
         );
         // A Service's ports are a list-map: its field set names each port.
         assert_eq!(
-            fields_of(&config, SVC)["f:spec"],
+            fields_of(&config, Schema::SERVICE)["f:spec"],
             json!({"f:ports": {".": {}, r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}})
         );
         let finalizers = json!({"metadata": {"finalizers": ["a", "b"]}});
         assert_eq!(
-            fields_of(&finalizers, CM),
+            fields_of(&finalizers, Schema::CONFIG_MAP),
             json!({"f:metadata": {"f:finalizers": {".": {}, r#"v:"a""#: {}, r#"v:"b""#: {}}}})
         );
     }
@@ -411,7 +402,7 @@ mod tests {
         let fields = json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}},
                             "f:data": {"f:y": {}}, "f:spec": {"f:ports": {}}, "f:gone": {}});
         assert_eq!(
-            project(&live, &fields, CM),
+            project(&live, &fields, Schema::CONFIG_MAP),
             json!({"metadata": {"labels": {"a": "1"}}, "data": {"y": "2"},
                    "spec": {"ports": [{"port": 80}]}})
         );
@@ -420,7 +411,7 @@ mod tests {
         let fields = json!({"f:spec": {"f:ports": {r#"k:{"port":81,"protocol":"TCP"}"#: {
             ".": {}, "f:port": {}}}}});
         assert_eq!(
-            project(&live, &fields, SVC),
+            project(&live, &fields, Schema::SERVICE),
             json!({"spec": {"ports": [{"port": 81}]}}),
             "the items named, with their fields named"
         );
@@ -435,13 +426,18 @@ mod tests {
         let applied =
             json!({"data": {"a": "9", "b": "2"}, "spec": {"ports": [{"port": 80, "name": "y"}]}});
         assert_eq!(
-            without_changed(&fields, &live, &applied, SVC),
+            without_changed(&fields, &live, &applied, Schema::SERVICE),
             json!({"f:data": {"f:b": {}}, "f:spec": {"f:ports": {".": {},
                 r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}})
         );
         let all = json!({"data": {"a": "9", "b": "9"}});
         assert_eq!(
-            without_changed(&json!({"f:data": {"f:a": {}, "f:b": {}}}), &live, &all, SVC),
+            without_changed(
+                &json!({"f:data": {"f:a": {}, "f:b": {}}}),
+                &live,
+                &all,
+                Schema::SERVICE
+            ),
             json!({}),
             "a map left with nothing goes"
         );
