@@ -50,26 +50,25 @@ pub fn fields_of(config: &Value, schema: Schema) -> Value {
                 }
                 Value::Object(out)
             }
-            Value::Array(items) if !items.is_empty() => {
+            Value::Array(items) if !items.is_empty() && schema.at(path) != ListType::Atomic => {
                 let ty = schema.at(path);
                 let mut out = Map::new();
+                out.insert(".".into(), json!({}));
                 for item in items {
                     let Some(name) = element(ty, item) else {
-                        return json!({});
+                        continue;
                     };
-                    let mut sub = match ty {
-                        ListType::Map(_) => walk(item, path, schema),
+                    let sub = match ty {
+                        ListType::Map(_) => {
+                            let mut sub = walk(item, path, schema);
+                            if let Some(m) = sub.as_object_mut() {
+                                m.insert(".".into(), json!({}));
+                            }
+                            sub
+                        }
                         _ => json!({}),
                     };
-                    if let Some(sub) = sub.as_object_mut() {
-                        if ty != ListType::Set {
-                            sub.insert(".".into(), json!({}));
-                        }
-                    }
                     out.insert(name, sub);
-                }
-                if ty != ListType::Atomic {
-                    out.insert(".".into(), json!({}));
                 }
                 Value::Object(out)
             }
@@ -146,8 +145,7 @@ pub fn without_changed(fields: &Value, live: &Value, applied: &Value, schema: Sc
             let had_parts = !sub.is_empty();
             match (av, schema.at(path)) {
                 (Value::Object(_), _) if had_parts => walk(sub, lv, av, path, schema),
-                (Value::Array(items), ListType::Map(_)) if had_parts => {
-                    let ty = schema.at(path);
+                (Value::Array(items), ty @ ListType::Map(_)) if had_parts => {
                     for item in items {
                         let Some(name) = element(ty, item) else {
                             continue;
