@@ -10,7 +10,7 @@ use kube::runtime::watcher;
 use std::time::Instant;
 
 use habitat_operator::reconcile::status::PROGRESS_INTERVAL;
-use support::{timeout, Env, Ground};
+use support::{timeout, wait_for, Env, Ground};
 
 /// One version of a Habitat whose status differs from the version before, when it was seen.
 struct Seen {
@@ -179,3 +179,100 @@ async fn a_pass_writes_the_children_of_a_workload_together() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The operator's entries in an object's `managedFields`, as (operation, field set).
+fn operator_entries(cm: &k8s_openapi::api::core::v1::ConfigMap) -> Vec<(String, String)> {
+    cm.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some("habitat-operator"))
+        .map(|e| {
+            (
+                e.operation.clone().unwrap_or_default(),
+                e.fields_v1
+                    .as_ref()
+                    .map(|f| f.0.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A pod's address reaches the peer ConfigMap by a merge patch, the write a plain client
+/// makes (an apply costs the server a YAML parse and field sets): the ConfigMap the operator
+/// created keeps the create's one `Update` entry. Once another writer has put a key of its own
+/// in the data, the operator's fingerprint no longer covers the data, and the next address is
+/// applied instead: the key stays, and the address changes all the same.
+async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(ground: Ground) {
+    require_kubectl!();
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use kube::ResourceExt;
+    let env = env_on!(ground, "peer-patch");
+    env.apply_example("standalone");
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+    let cms = env.api::<ConfigMap>();
+    let peer = "example-standalone-peer";
+    let cm = cms.get(peer).await.expect("the peer ConfigMap");
+    let first = cm.data.clone().unwrap_or_default()["peer-ip"].clone();
+    assert!(!first.is_empty(), "no address in {:?}", cm.data);
+    let entries = operator_entries(&cm);
+    assert!(
+        entries.len() == 1 && entries[0].0 == "Update",
+        "the address was not merge-patched over the create: {entries:?}"
+    );
+
+    cms.patch(
+        peer,
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "data": {"theirs": "kept"},
+        })),
+    )
+    .await
+    .expect("another writer's key");
+    // A new pod, a new address.
+    let pod = env.pods("example-standalone").await[0].name_any();
+    env.api::<Pod>()
+        .delete(&pod, &DeleteParams::default())
+        .await
+        .expect("delete the pod");
+    wait_for(timeout(&env), "a new address in the peer ConfigMap", || {
+        let cms = cms.clone();
+        let first = first.clone();
+        async move {
+            cms.get(peer)
+                .await
+                .ok()
+                .and_then(|c| c.data)
+                .is_some_and(|d| {
+                    d.get("peer-ip")
+                        .is_some_and(|ip| !ip.is_empty() && *ip != first)
+                })
+        }
+    })
+    .await;
+    let cm = cms.get(peer).await.expect("the peer ConfigMap");
+    assert_eq!(
+        cm.data
+            .clone()
+            .unwrap_or_default()
+            .get("theirs")
+            .map(String::as_str),
+        Some("kept"),
+        "{:?}",
+        cm.data
+    );
+    let entries = operator_entries(&cm);
+    assert!(
+        entries.iter().any(|(op, _)| op == "Apply"),
+        "the address was not applied over another writer's data: {entries:?}"
+    );
+    env.wait_phase("example-standalone", "Ready", timeout(&env))
+        .await;
+}
+
+on_both_grounds!(a_peer_address_is_merge_patched_unless_another_writer_changed_the_data);

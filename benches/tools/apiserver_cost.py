@@ -5,10 +5,11 @@ Starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS (as tests/admission/reco
 installs crds/habitat.yaml, then sends N requests of each kind, 8 at a time on kept-alive
 connections, and prints the CPU time the two processes spent per request (/proc/PID/stat).
 Children shaped like the operator's: a ConfigMap, a headless Service and a StatefulSet, each
-created with a plain POST and with a server-side apply; then the Habitat's own writes: its
-create, the finalizer (merge patch), a status write (merge patch and apply) and an Event.
-Twice, in opposite orders. Used in docs/performance.md (twelfth pass). Needs python3, PyYAML,
-openssl.
+created with a plain POST and with a server-side apply; a pod's address written into the
+ConfigMaps created by POST, by a merge patch and by a server-side apply; then the Habitat's own
+writes: its create, the finalizer (merge patch), a status write (merge patch and apply) and an
+Event. Twice, in opposite orders. Used in docs/performance.md (twelfth and twenty-eighth
+passes). Needs python3, PyYAML, openssl.
 
     KUBEBUILDER_ASSETS=/path/to/binaries python3 benches/tools/apiserver_cost.py [N]
 """
@@ -125,6 +126,29 @@ def children(server, n, rnd):
             send(server, f"{kind} {mode}", reqs)
 
 
+def addresses(server, n, rnd):
+    """A pod's address written into the peer ConfigMaps `children` created by POST: a merge
+    patch of the data and the fingerprint (the operator's write since the twenty-eighth pass),
+    or a server-side apply of the whole ConfigMap (before)."""
+    ns = f"configmap-post-{rnd}"
+    base = CHILDREN["ConfigMap"][0] % ns
+
+    def merge(i, k):
+        return ("PATCH", f"{base}/h{i}-peer?fieldManager=habitat-operator",
+                {"metadata": {"annotations": {"habitat.sh/applied-fingerprint": f"{k:016x}"}},
+                 "data": {"peer-ip": f"10.1.{k}.{i % 250}"}}, M)
+
+    def apply(i, k):
+        body = config_map(ns, f"h{i}")
+        body["metadata"]["annotations"] = {"habitat.sh/applied-fingerprint": f"{k:016x}"}
+        body["data"] = {"peer-ip": f"10.1.{k}.{i % 250}"}
+        return ("PATCH", f"{base}/h{i}-peer?fieldManager=habitat-operator&force=true", body, A)
+
+    modes = [("merge patch", merge), ("server-side apply", apply)]
+    for k, (label, make) in enumerate(modes if rnd == 0 else modes[::-1]):
+        send(server, f"ConfigMap address ({label})", [make(i, 1 + k) for i in range(n)])
+
+
 def habitat_writes(server, n, rnd):
     ns = f"habitats-{rnd}"
     server.req("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -177,6 +201,7 @@ def main():
         print("|---|---|---|---|---|")
         for rnd in range(2):
             children(server, n, rnd)
+            addresses(server, n, rnd)
             habitat_writes(server, n, rnd)
     finally:
         server.stop()

@@ -9,8 +9,9 @@
 //! not, [`upgrade`] draws the patch that moves the `Update` entry's fields into the `Apply`
 //! entry and drops the `Update` entry (client-go's `csaupgrade` does the same for `kubectl apply
 //! --server-side`); the apply that follows it then removes what the operator no longer sets.
-//! An `Update` entry whose fields the `Apply` entry covers (the peer ConfigMap's address written
-//! over its create) is left alone: it holds nothing the apply does not.
+//! An `Update` entry whose fields the `Apply` entry covers is left alone: it holds nothing the
+//! apply does not. The peer ConfigMap's addresses are merge-patched over its create while its
+//! data is all that changes ([`super::apply::data_patch`]), so it usually has no `Apply` entry.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::{json, Map, Value};

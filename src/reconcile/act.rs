@@ -17,7 +17,7 @@ use crate::api::{Habitat, LABEL_LEADER};
 use crate::children::peer_config::peer_config;
 use crate::children::ring_key;
 use crate::children::Workload;
-use crate::cluster::apply::{apply, delete, FIELD_MANAGER};
+use crate::cluster::apply::{apply, delete, write_data, FIELD_MANAGER};
 use crate::cluster::events::Note;
 use crate::error::Error;
 use crate::reconcile::context::Context;
@@ -47,7 +47,15 @@ pub async fn act(
     match step {
         Step::ApplyPeerConfig => {
             let cm = peer_config(h, &desired.peers);
-            apply_over(ctx, &recent.config_maps, &mut snap.peer_config, &cm).await?;
+            // New addresses alone are merge-patched in; anything else is applied.
+            let patched = match &snap.peer_config {
+                Some(live) => write_data(&ctx.client, live, &cm).await?,
+                None => None,
+            };
+            match patched {
+                Some(written) => remember(ctx, &recent.config_maps, &mut snap.peer_config, written),
+                None => apply_over(ctx, &recent.config_maps, &mut snap.peer_config, &cm).await?,
+            }
         }
         Step::ResolveRingKey => {
             if let KeyState::ToGenerate { ring } = &snap.key {
@@ -201,12 +209,21 @@ where
         + std::fmt::Debug
         + Slim,
 {
-    let mut written = apply(&ctx.client, desired, seen.is_some()).await?;
+    let written = apply(&ctx.client, desired, seen.is_some()).await?;
+    remember(ctx, recent, seen, written);
+    Ok(())
+}
+
+/// Keeps `written`, the server's answer to a write of a child, as the snapshot's view of it and
+/// in the memory of recent writes, until the watch delivers it.
+fn remember<K>(ctx: &Context, recent: &Recent<K>, seen: &mut Option<K>, mut written: K)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Slim,
+{
     written.slim();
     recent.record(seen.as_ref(), &written);
     ctx.echoes.wrote(&written);
     *seen = Some(written);
-    Ok(())
 }
 
 /// The key this process generated for `ring` in `ns` within the last two minutes.
