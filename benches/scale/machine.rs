@@ -11,13 +11,16 @@ use crate::operator::clock_ticks;
 /// (at most 15 bytes: `kube-controller-manager` is `kube-controller`).
 const CONTROL_PLANE: [&str; 3] = ["kube-apiserver", "etcd", "kube-controller"];
 
+/// CPU seconds of each process of the control plane, in the order of [`CONTROL_PLANE`].
+pub type ControlPlaneCpu = [f64; 3];
+
 /// CPU time so far, in seconds: the whole machine's busy time, this process tree's, and that of
 /// the control plane within it.
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {
     busy: f64,
     own: f64,
-    control_plane: f64,
+    control_plane: ControlPlaneCpu,
     at: std::time::Instant,
 }
 
@@ -33,10 +36,10 @@ impl Sample {
         })
     }
 
-    /// The CPU seconds the control plane spent from `self` until `later` (none on the sandbox
-    /// ground, whose server runs inside the benchmark).
-    pub fn control_plane_until(&self, later: &Sample) -> f64 {
-        (later.control_plane - self.control_plane).max(0.0)
+    /// The CPU seconds each process of the control plane spent from `self` until `later` (none
+    /// on the sandbox ground, whose server runs inside the benchmark).
+    pub fn control_plane_until(&self, later: &Sample) -> ControlPlaneCpu {
+        std::array::from_fn(|i| (later.control_plane[i] - self.control_plane[i]).max(0.0))
     }
 
     /// The cores that other processes kept busy on average from `self` until `later`.
@@ -98,8 +101,8 @@ impl StatTicks {
 }
 
 /// CPU seconds of `root` and its descendants, the reaped ones included (their time is in their
-/// parent's `cutime` and `cstime`), and of the control plane's processes among them.
-fn tree_cpu(root: u32) -> Option<(f64, f64)> {
+/// parent's `cutime` and `cstime`), and of each of the control plane's processes among them.
+fn tree_cpu(root: u32) -> Option<(f64, ControlPlaneCpu)> {
     let mut parent_and_ticks = vec![];
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
@@ -118,7 +121,7 @@ fn tree_cpu(root: u32) -> Option<(f64, f64)> {
         let server = stat
             .split_once('(')
             .and_then(|(_, rest)| rest.rsplit_once(')'))
-            .is_some_and(|(name, _)| CONTROL_PLANE.contains(&name));
+            .and_then(|(name, _)| CONTROL_PLANE.iter().position(|p| *p == name));
         parent_and_ticks.push((pid, t.ppid, t.utime + t.stime + t.cutime + t.cstime, server));
     }
     let mut tree = std::collections::HashSet::from([root]);
@@ -134,15 +137,15 @@ fn tree_cpu(root: u32) -> Option<(f64, f64)> {
             break;
         }
     }
-    let (mut ticks, mut server) = (0.0, 0.0);
-    for (_, _, t, is_server) in parent_and_ticks
+    let (mut ticks, mut server) = (0.0, [0.0; 3]);
+    for (_, _, t, part) in parent_and_ticks
         .iter()
         .filter(|(pid, ..)| tree.contains(pid))
     {
         ticks += t;
-        if *is_server {
-            server += t;
+        if let Some(i) = part {
+            server[*i] += t;
         }
     }
-    Some((ticks / clock_ticks(), server / clock_ticks()))
+    Some((ticks / clock_ticks(), server.map(|t| t / clock_ticks())))
 }

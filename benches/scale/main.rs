@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind, Settled};
-use report::{Breakdown, Measurement, PerRun, Restart};
+use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
@@ -131,13 +131,16 @@ struct FloorRun {
     writes: u64,
     /// The cores other processes kept busy meanwhile.
     others: Option<f64>,
-    /// The control plane's CPU seconds meanwhile.
-    control_plane_s: Option<f64>,
+    /// The control plane's CPU seconds meanwhile, by process.
+    control_plane_s: Option<machine::ControlPlaneCpu>,
 }
 
 /// From `before` until now: the cores other processes kept busy, and the control plane's CPU
 /// seconds when `real` (the sandbox's server runs inside the benchmark).
-fn usage(before: Option<machine::Sample>, real: bool) -> (Option<f64>, Option<f64>) {
+fn usage(
+    before: Option<machine::Sample>,
+    real: bool,
+) -> (Option<f64>, Option<machine::ControlPlaneCpu>) {
     let now = machine::Sample::now();
     let between = before.zip(now);
     (
@@ -357,7 +360,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
             floor: plain.as_ref().and_then(|r| r.others),
             operator: others,
         },
-        control_plane_cpu_s: PerRun {
+        control_plane_cpu_s: ControlPlaneRuns {
             warm_up: warm_up.and_then(|(_, r)| r.control_plane_s),
             required_floor: required.and_then(|r| r.control_plane_s),
             floor: plain.and_then(|r| r.control_plane_s),

@@ -113,6 +113,51 @@ impl PerRun {
     }
 }
 
+/// The control plane's CPU seconds in each run, by process (`machine::ControlPlaneCpu`: its
+/// kube-apiserver, etcd and kube-controller-manager).
+pub struct ControlPlaneRuns {
+    pub warm_up: Option<[f64; 3]>,
+    pub required_floor: Option<[f64; 3]>,
+    pub floor: Option<[f64; 3]>,
+    pub operator: Option<[f64; 3]>,
+}
+
+/// The names of the control plane's processes, as in `results.json`, in the order of its parts.
+const CONTROL_PLANE_KEYS: [&str; 3] = ["kube_apiserver", "etcd", "kube_controller_manager"];
+
+impl ControlPlaneRuns {
+    /// The whole control plane's seconds in each run.
+    pub fn total(&self) -> PerRun {
+        let sum = |v: Option<[f64; 3]>| v.map(|v| v.iter().sum());
+        PerRun {
+            warm_up: sum(self.warm_up),
+            required_floor: sum(self.required_floor),
+            floor: sum(self.floor),
+            operator: sum(self.operator),
+        }
+    }
+
+    /// One process's seconds in each run.
+    pub fn part(&self, i: usize) -> PerRun {
+        let at = |v: Option<[f64; 3]>| v.map(|v| v[i]);
+        PerRun {
+            warm_up: at(self.warm_up),
+            required_floor: at(self.required_floor),
+            floor: at(self.floor),
+            operator: at(self.operator),
+        }
+    }
+
+    fn json_by_process(&self) -> serde_json::Value {
+        CONTROL_PLANE_KEYS
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.to_string(), self.part(i).json(2)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
 /// The operator restarted over the settled Habitats (`restart` in main.rs).
 pub struct Restart {
     /// From its start until its caches synced (their first lists).
@@ -144,8 +189,8 @@ pub struct Measurement {
     pub warm_up: Option<(usize, f64)>,
     /// The cores other processes on the machine kept busy during each run.
     pub others: PerRun,
-    /// The CPU seconds the control plane spent during each run (real ground only).
-    pub control_plane_cpu_s: PerRun,
+    /// The CPU seconds the control plane spent during each run, by process (real ground only).
+    pub control_plane_cpu_s: ControlPlaneRuns,
     pub restart: Restart,
     pub requests: Breakdown,
     pub quiet: Breakdown,
@@ -196,7 +241,8 @@ impl Measurement {
             "warm_up_habitats": self.warm_up.map(|(w, _)| w),
             "warm_up_s": self.warm_up.map(|(_, s)| round(s, 2)),
             "other_processes_cores": self.others.json(2),
-            "control_plane_cpu_s": self.control_plane_cpu_s.json(2),
+            "control_plane_cpu_s": self.control_plane_cpu_s.total().json(2),
+            "control_plane_cpu_by_process_s": self.control_plane_cpu_s.json_by_process(),
             "required_floor_writes_per_habitat": self.required_writes.map(|w| round(w as f64 / n as f64, 2)),
             "requests_per_habitat": {
                 "total": round(self.requests.total as f64 / n as f64, 2),
@@ -268,7 +314,19 @@ impl Measurement {
         }
         row("other processes' cores (busy)", self.others.line(2));
         if self.control_plane_cpu_s.operator.is_some() {
-            row("control plane CPU s", self.control_plane_cpu_s.line(2));
+            row(
+                "control plane CPU s",
+                self.control_plane_cpu_s.total().line(2),
+            );
+            for (i, name) in ["kube-apiserver", "etcd", "kube-controller-manager"]
+                .iter()
+                .enumerate()
+            {
+                row(
+                    &format!("  {name}"),
+                    self.control_plane_cpu_s.part(i).line(2),
+                );
+            }
         }
         row(
             "requests per Habitat",
