@@ -122,7 +122,8 @@ pub struct ControlPlaneRuns {
     pub operator: Option<[f64; 3]>,
 }
 
-/// The names of the control plane's processes, as in `results.json`, in the order of its parts.
+/// The names of the control plane's processes, as in `results.json` (printed with `-` for `_`),
+/// in the order of its parts.
 const CONTROL_PLANE_KEYS: [&str; 3] = ["kube_apiserver", "etcd", "kube_controller_manager"];
 
 impl ControlPlaneRuns {
@@ -318,12 +319,9 @@ impl Measurement {
                 "control plane CPU s",
                 self.control_plane_cpu_s.total().line(2),
             );
-            for (i, name) in ["kube-apiserver", "etcd", "kube-controller-manager"]
-                .iter()
-                .enumerate()
-            {
+            for (i, key) in CONTROL_PLANE_KEYS.iter().enumerate() {
                 row(
-                    &format!("  {name}"),
+                    &format!("  {}", key.replace('_', "-")),
                     self.control_plane_cpu_s.part(i).line(2),
                 );
             }

@@ -204,6 +204,7 @@ where
 mod tests {
     use super::*;
     use crate::api::fixtures::{habitat, HabitatFixture};
+    use crate::children::peer_config::peer_config;
     use crate::children::statefulset::statefulset;
 
     #[test]
@@ -230,10 +231,9 @@ mod tests {
         ));
     }
 
-    /// The peer ConfigMap as the operator wrote it for `addresses`: stamped, with a
-    /// resourceVersion.
-    fn written(addresses: &[&str]) -> ConfigMap {
-        let desired = peer_config(&habitat(), &owned(addresses));
+    /// `desired` as the server holds it once the operator wrote it: stamped with its
+    /// fingerprint, at resourceVersion 7.
+    fn stamped(desired: ConfigMap) -> ConfigMap {
         let mut live = desired.clone();
         live.annotations_mut()
             .insert(FINGERPRINT_ANNOTATION.into(), fingerprint(&desired));
@@ -241,11 +241,14 @@ mod tests {
         live
     }
 
+    /// The peer ConfigMap as the operator wrote it for `addresses`.
+    fn written(addresses: &[&str]) -> ConfigMap {
+        stamped(peer_config(&habitat(), &owned(addresses)))
+    }
+
     fn owned(addresses: &[&str]) -> Vec<String> {
         addresses.iter().map(|a| a.to_string()).collect()
     }
-
-    use crate::children::peer_config::peer_config;
 
     #[test]
     fn new_addresses_alone_are_merge_patched_with_the_read_version() {
@@ -280,10 +283,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert("old-key".into(), "x".into());
-        let mut live = last.clone();
-        live.annotations_mut()
-            .insert(FINGERPRINT_ANNOTATION.into(), fingerprint(&last));
-        live.metadata.resource_version = Some("3".into());
+        let live = stamped(last);
         let desired = peer_config(&habitat(), &owned(&["10.0.0.6"]));
         let patch = data_patch(&live, &desired).expect("a data patch");
         assert_eq!(
@@ -298,12 +298,7 @@ mod tests {
         // Written with a label the operator no longer sets (an older operator's).
         let mut older = peer_config(&habitat(), &[]);
         older.labels_mut().insert("extra".into(), "label".into());
-        let mut other = older.clone();
-        other
-            .annotations_mut()
-            .insert(FINGERPRINT_ANNOTATION.into(), fingerprint(&older));
-        other.metadata.resource_version = Some("7".into());
-        assert!(data_patch(&other, &desired).is_none());
+        assert!(data_patch(&stamped(older), &desired).is_none());
         // A label another writer added is theirs: kept, by a patch as by an apply.
         let mut labelled = written(&[]);
         labelled
