@@ -216,7 +216,7 @@ async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(
     let cms = env.api::<ConfigMap>();
     let peer = "example-standalone-peer";
     let cm = cms.get(peer).await.expect("the peer ConfigMap");
-    let first = cm.data.clone().unwrap_or_default()["peer-ip"].clone();
+    let first = env.peer_ip("example-standalone").await;
     assert!(!first.is_empty(), "no address in {:?}", cm.data);
     let entries = operator_entries(&cm);
     assert!(
@@ -240,20 +240,14 @@ async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(
         .delete(&pod, &DeleteParams::default())
         .await
         .expect("delete the pod");
-    wait_for(timeout(&env), "a new address in the peer ConfigMap", || {
-        let cms = cms.clone();
-        let first = first.clone();
-        async move {
-            cms.get(peer)
-                .await
-                .ok()
-                .and_then(|c| c.data)
-                .is_some_and(|d| {
-                    d.get("peer-ip")
-                        .is_some_and(|ip| !ip.is_empty() && *ip != first)
-                })
-        }
-    })
+    wait_for(
+        timeout(&env),
+        "a new address in the peer ConfigMap",
+        || async {
+            let ip = env.peer_ip("example-standalone").await;
+            !ip.is_empty() && ip != first
+        },
+    )
     .await;
     let cm = cms.get(peer).await.expect("the peer ConfigMap");
     assert_eq!(
