@@ -8,8 +8,13 @@
 //!
 //! ```text
 //! cargo bench --bench scale -- [--ground sandbox|real|both]... [--workers W]
-//!     [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] N...
+//!     [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] [--rounds R] N...
 //! ```
+//!
+//! With `--rounds R`, R - 1 more rounds follow the measurement, each the plain floor and the
+//! operator again on the same server (the operator first in every other round), and the median
+//! of the R rounds' time ratios is reported beside each round's: on a noisy machine one pair of
+//! runs says little (docs/performance.md).
 //!
 //! `cargo bench --bench scale -- N` runs the sandbox. Prints a table per (ground, N) and writes
 //! `target/bench/results.json` (under `CARGO_TARGET_DIR` when set). See docs/performance.md.
@@ -29,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind, Settled};
-use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart};
+use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
@@ -51,6 +56,8 @@ struct Args {
     required_floor: bool,
     /// Habitats of the warm-up (at most N; 0: none).
     warm_up: usize,
+    /// Pairs of the plain floor and the operator's run to time, the measurement's own included.
+    rounds: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -62,6 +69,7 @@ fn parse_args() -> Result<Args, String> {
         floor: true,
         required_floor: true,
         warm_up: 100,
+        rounds: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -99,12 +107,18 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--warm-up: {e}"))?
             }
+            "--rounds" => {
+                args.rounds = match value("--rounds")?.parse() {
+                    Ok(r) if r > 0 => r,
+                    _ => return Err("--rounds: a count of at least 1".into()),
+                }
+            }
             n => match n.parse() {
                 Ok(n) if n > 0 => args.sizes.push(n),
                 _ => {
                     return Err(format!(
                         "unknown argument {n:?}: usage: scale [--ground sandbox|real|both]... \
-                         [--workers W] [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] N..."
+                         [--workers W] [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] [--rounds R] N..."
                     ))
                 }
             },
@@ -115,6 +129,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.sizes.is_empty() {
         args.sizes.push(50);
+    }
+    if args.rounds > 1 && !args.floor {
+        return Err("--rounds pairs the plain floor with the operator: not with --no-floor".into());
     }
     Ok(args)
 }
@@ -152,10 +169,16 @@ fn usage(
 }
 
 /// The floor `kind` on `ground`.
-async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<FloorRun, String> {
+async fn floor(
+    ground: &Ground,
+    kind: Floor,
+    args: &Args,
+    n: usize,
+    round: usize,
+) -> Result<FloorRun, String> {
     let driver = ground.client(DRIVER).await?;
     let client = ground.client(kind.agent()).await?;
-    let ns = kind.namespace();
+    let ns = &round_namespace(kind.namespace(), round);
     ground.create_namespace(&driver, ns).await?;
     let before = machine::Sample::now();
     let took = floor::run(
@@ -172,57 +195,63 @@ async fn floor(ground: &Ground, kind: Floor, args: &Args, n: usize) -> Result<Fl
     let counts = ground.requests(kind.agent()).await?;
     let writes = Breakdown::between(&Default::default(), &counts).writes;
     // The required floor's finalizers would hold its namespace (the driver's writes).
-    if kind == Floor::Required {
-        workload::release(&driver, ns).await?;
-    }
-    // Out of the way of the operator's run: its objects would cost the simulated nodes and
-    // kube-controller-manager time (see `Ground::delete_namespace`).
-    let began = Instant::now();
-    let left = ground
-        .delete_namespace(&driver, ns, Duration::from_secs(600))
-        .await?;
-    match left {
-        None => {
-            let gone = began.elapsed().as_secs_f64();
-            // Nor should the controllers' work on what the namespace held overlap the next run.
-            match ground.settle(ns, Duration::from_secs(60)).await? {
-                Some(Settled::Done(settled)) => eprintln!(
-                    "{}: the {}'s namespace was gone after {gone:.1} s, and \
-                     kube-controller-manager done with it {:.1} s later",
-                    ground.kind.name(),
-                    kind.name(),
-                    settled.as_secs_f64()
-                ),
-                Some(Settled::GaveUp(waited)) => eprintln!(
-                    "{}: the {}'s namespace was gone after {gone:.1} s; \
-                     kube-controller-manager was still busy with it {:.1} s later, and the \
-                     next run starts anyway",
-                    ground.kind.name(),
-                    kind.name(),
-                    waited.as_secs_f64()
-                ),
-                None => eprintln!(
-                    "{}: the {}'s namespace was gone after {gone:.1} s",
-                    ground.kind.name(),
-                    kind.name()
-                ),
-            }
-        }
-        // A measurement beside them would not be the operator's alone.
-        Some(left) => {
-            return Err(format!(
-                "the {}'s namespace was still there after 600 s, with {left}; the \
-                 operator's run would share the server with them",
-                kind.name()
-            ))
-        }
-    }
+    clear(ground, &driver, ns, kind.name(), kind == Floor::Required).await?;
     Ok(FloorRun {
         secs: took.as_secs_f64(),
         writes,
         others,
         control_plane_s,
     })
+}
+
+/// Deletes the namespace `ns` that the run `what` used, first releasing its Habitats'
+/// finalizers when `release` (no operator is left to remove them), and waits until it is gone and
+/// kube-controller-manager is done with it: out of the way of the next run, whose objects would
+/// otherwise share the simulated nodes and kube-controller-manager with them (see
+/// `Ground::delete_namespace`).
+async fn clear(
+    ground: &Ground,
+    driver: &kube::Client,
+    ns: &str,
+    what: &str,
+    release: bool,
+) -> Result<(), String> {
+    if release {
+        workload::release(driver, ns).await?;
+    }
+    let began = Instant::now();
+    let left = ground
+        .delete_namespace(driver, ns, Duration::from_secs(600))
+        .await?;
+    let Some(left) = left else {
+        let gone = began.elapsed().as_secs_f64();
+        // Nor should the controllers' work on what the namespace held overlap the next run.
+        match ground.settle(ns, Duration::from_secs(60)).await? {
+            Some(Settled::Done(settled)) => eprintln!(
+                "{}: the {what}'s namespace was gone after {gone:.1} s, and \
+                 kube-controller-manager done with it {:.1} s later",
+                ground.kind.name(),
+                settled.as_secs_f64()
+            ),
+            Some(Settled::GaveUp(waited)) => eprintln!(
+                "{}: the {what}'s namespace was gone after {gone:.1} s; \
+                 kube-controller-manager was still busy with it {:.1} s later, and the \
+                 next run starts anyway",
+                ground.kind.name(),
+                waited.as_secs_f64()
+            ),
+            None => eprintln!(
+                "{}: the {what}'s namespace was gone after {gone:.1} s",
+                ground.kind.name(),
+            ),
+        }
+        return Ok(());
+    };
+    // A measurement beside them would not be the next run's alone.
+    Err(format!(
+        "the {what}'s namespace was still there after 600 s, with {left}; the next run would \
+         share the server with them"
+    ))
 }
 
 /// The operator on `ground`.
@@ -244,7 +273,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     // pays for being first.
     let warm_up = if args.warm_up > 0 {
         let w = args.warm_up.min(n);
-        let run = floor(ground, Floor::WarmUp, args, w).await?;
+        let run = floor(ground, Floor::WarmUp, args, w, 1).await?;
         eprintln!(
             "{}: warm-up with {w} Habitats: {:.2} s",
             ground.kind.name(),
@@ -258,7 +287,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     // in the earlier passes. A run on a server that already ran one is a few percent slower
     // (docs/performance.md), so the order favours the required floor, not the operator.
     let required = if args.floor && args.required_floor {
-        let run = floor(ground, Floor::Required, args, n).await?;
+        let run = floor(ground, Floor::Required, args, n, 1).await?;
         eprintln!(
             "{}: required floor for N = {n}: {:.2} s",
             ground.kind.name(),
@@ -269,7 +298,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         None
     };
     let plain = if args.floor {
-        let run = floor(ground, Floor::Plain, args, n).await?;
+        let run = floor(ground, Floor::Plain, args, n, 1).await?;
         eprintln!(
             "{}: floor for N = {n}: {:.2} s",
             ground.kind.name(),
@@ -281,8 +310,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     };
 
     let driver = ground.client(DRIVER).await?;
-    let ns = "bench";
-    ground.create_namespace(&driver, ns).await?;
+    let ns = OPERATOR_NAMESPACE;
     let identity = format!("bench-{}-{n}", ground.kind.name());
     let mut logs = tempfile::Builder::new()
         .prefix("habitat-bench-operator-")
@@ -291,34 +319,18 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     if std::env::var_os("HABITAT_BENCH_OPERATOR_LOG").is_some() {
         logs.disable_cleanup(true);
         eprintln!(
-            "operator log (kept): {}",
-            logs.path().join("operator.log").display()
+            "operator logs (kept): {} (one per run, named by the identity)",
+            logs.path().display()
         );
     }
-    let mut op = operator::Operator::start(
-        &ground.operator_kubeconfig,
-        ns,
-        &identity,
-        args.workers,
-        args.resync,
-        &logs.path().join("operator.log"),
-    )
-    .await?;
+    let OperatorRun {
+        mut op,
+        to_ready,
+        others,
+        control_plane_s,
+    } = run_operator(ground, &driver, args, n, ns, &identity, logs.path()).await?;
     // Every request of this process counts, its start-up lists and watches included.
     let agent = format!("({identity})");
-
-    let start = Instant::now();
-    let before = machine::Sample::now();
-    let waiter = {
-        let driver = driver.clone();
-        tokio::spawn(async move { workload::wait_ready(&driver, ns, n, start, timeout(n)).await })
-    };
-    workload::create(&driver, ns, n, drop).await?;
-    let to_ready = waiter
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
-    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
     op.check_running()?;
     let (cpu_to_ready, _) = op.usage()?;
     let metrics = op.metrics().await?;
@@ -333,6 +345,13 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     let (cpu, rss) = op.usage()?;
     drop(op);
     let restart = restart(ground, args, ns, &identity, n, logs.path()).await?;
+    let rounds = if args.rounds > 1 {
+        // The restarted operator has exited: the driver releases the Habitats.
+        clear(ground, &driver, ns, "operator", true).await?;
+        more_rounds(ground, &driver, args, n, &identity, logs.path()).await?
+    } else {
+        vec![]
+    };
 
     let (pods, leader_groups) = workload::totals(n);
     let name = "habitat_operator_reconcile_duration_seconds";
@@ -374,7 +393,125 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         cpu_s_to_ready: cpu_to_ready,
         reconciles,
         reconcile_ms: [q(0.5), q(0.9), q(0.99)],
+        rounds,
     })
+}
+
+/// The namespace of the operator's run.
+const OPERATOR_NAMESPACE: &str = "bench";
+
+/// The namespace of round `round` of a run whose first round uses `first`: a name of its own,
+/// never one just deleted. With the names reused, at N = 100 a run that followed a run of its own
+/// kind (in a namespace of the name just deleted, with objects of the same names) took 1.36 times
+/// as long as one that followed the other kind for the plain floor, 1.18 times for the operator;
+/// with names of their own, 1.04 and 1.10 (docs/performance.md, twenty-ninth pass).
+fn round_namespace(first: &str, round: usize) -> String {
+    if round > 1 {
+        format!("{first}-round-{round}")
+    } else {
+        first.to_string()
+    }
+}
+
+/// The operator's run, timed: the operator is left running.
+struct OperatorRun {
+    op: operator::Operator,
+    to_ready: workload::ReadyTimes,
+    /// The cores other processes kept busy meanwhile.
+    others: Option<f64>,
+    /// The control plane's CPU seconds meanwhile, by process.
+    control_plane_s: Option<machine::ControlPlaneCpu>,
+}
+
+/// Starts the operator as `identity` (its log in `logs`) on the new namespace `ns`, waits until
+/// its caches are synced, then creates the `n` Habitats there and times them to Ready.
+async fn run_operator(
+    ground: &Ground,
+    driver: &kube::Client,
+    args: &Args,
+    n: usize,
+    ns: &str,
+    identity: &str,
+    logs: &std::path::Path,
+) -> Result<OperatorRun, String> {
+    ground.create_namespace(driver, ns).await?;
+    let op = operator::Operator::start(
+        &ground.operator_kubeconfig,
+        ns,
+        identity,
+        args.workers,
+        args.resync,
+        &logs.join(format!("{identity}.log")),
+    )
+    .await?;
+    let start = Instant::now();
+    let before = machine::Sample::now();
+    let waiter = {
+        let (driver, ns) = (driver.clone(), ns.to_string());
+        tokio::spawn(async move { workload::wait_ready(&driver, &ns, n, start, timeout(n)).await })
+    };
+    workload::create(driver, ns, n, drop).await?;
+    let to_ready = waiter
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
+    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
+    Ok(OperatorRun {
+        op,
+        to_ready,
+        others,
+        control_plane_s,
+    })
+}
+
+/// The rounds after the measurement's (`--rounds`): in each, the plain floor and the operator's
+/// run once more on the same server, the operator first in every other round, so that a server
+/// that slows (or speeds up) as it runs favours neither.
+async fn more_rounds(
+    ground: &Ground,
+    driver: &kube::Client,
+    args: &Args,
+    n: usize,
+    identity: &str,
+    logs: &std::path::Path,
+) -> Result<Vec<Round>, String> {
+    let mut rounds = vec![];
+    for r in 2..=args.rounds {
+        let operator_first = r % 2 == 0;
+        let operator = || async {
+            let identity = format!("{identity}-round-{r}");
+            let ns = &round_namespace(OPERATOR_NAMESPACE, r);
+            let mut run = run_operator(ground, driver, args, n, ns, &identity, logs).await?;
+            run.op.check_running()?;
+            drop(run.op);
+            clear(ground, driver, ns, "operator", true).await?;
+            Ok::<_, String>((run.to_ready.all.as_secs_f64(), run.control_plane_s))
+        };
+        let ((operator_s, operator_cpu), plain) = if operator_first {
+            let o = operator().await?;
+            (o, floor(ground, Floor::Plain, args, n, r).await?)
+        } else {
+            let f = floor(ground, Floor::Plain, args, n, r).await?;
+            (operator().await?, f)
+        };
+        let round = Round {
+            operator_first,
+            floor_s: plain.secs,
+            time_to_ready_s: operator_s,
+            control_plane_s: [plain.control_plane_s, operator_cpu],
+        };
+        eprintln!(
+            "{}: round {r} of {}, {}: floor {:.2} s, operator {:.2} s, ratio {:.2}",
+            ground.kind.name(),
+            args.rounds,
+            round.order(),
+            round.floor_s,
+            round.time_to_ready_s,
+            round.ratio()
+        );
+        rounds.push(round);
+    }
+    Ok(rounds)
 }
 
 /// Reconciles so far, by the operator's `/metrics`.
@@ -409,7 +546,7 @@ async fn restart(
         &identity,
         args.workers,
         args.resync,
-        &logs.join("restart.log"),
+        &logs.join(format!("{identity}.log")),
     )
     .await?;
     let began = Instant::now();

@@ -159,6 +159,57 @@ impl ControlPlaneRuns {
     }
 }
 
+/// A round after the measurement's (`--rounds`): the plain floor and the operator's run once
+/// more, on the same server.
+pub struct Round {
+    /// Whether the operator's run came before the floor's.
+    pub operator_first: bool,
+    pub floor_s: f64,
+    pub time_to_ready_s: f64,
+    /// The control plane's CPU seconds during the floor's run and the operator's.
+    pub control_plane_s: [Option<[f64; 3]>; 2],
+}
+
+impl Round {
+    pub fn ratio(&self) -> f64 {
+        self.time_to_ready_s / self.floor_s
+    }
+
+    pub fn order(&self) -> &'static str {
+        if self.operator_first {
+            "operator first"
+        } else {
+            "floor first"
+        }
+    }
+
+    fn json(&self) -> Value {
+        let cpu = |v: Option<[f64; 3]>| v.map(|v| round(v.iter().sum(), 2));
+        json!({
+            "order": self.order(),
+            "floor_s": round(self.floor_s, 2),
+            "time_to_ready_s": round(self.time_to_ready_s, 2),
+            "time_ratio": round(self.ratio(), 3),
+            "control_plane_cpu_s": {
+                "floor": cpu(self.control_plane_s[0]),
+                "operator": cpu(self.control_plane_s[1]),
+            },
+        })
+    }
+}
+
+/// The median of `values` (the mean of the middle two when they are even); `None` when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    match v.len() {
+        0 => None,
+        len if len % 2 == 1 => Some(v[mid]),
+        _ => Some((v[mid - 1] + v[mid]) / 2.0),
+    }
+}
+
 /// The operator restarted over the settled Habitats (`restart` in main.rs).
 pub struct Restart {
     /// From its start until its caches synced (their first lists).
@@ -201,6 +252,8 @@ pub struct Measurement {
     pub cpu_s_to_ready: f64,
     pub reconciles: f64,
     pub reconcile_ms: [Option<f64>; 3],
+    /// The rounds after this one (`--rounds`).
+    pub rounds: Vec<Round>,
 }
 
 impl Measurement {
@@ -218,6 +271,15 @@ impl Measurement {
         self.floor_s.map(|f| self.time_to_ready_s / f)
     }
 
+    /// Every round's time ratio, this measurement's first (the floor before the operator), then
+    /// the rounds after it.
+    pub fn round_ratios(&self) -> Vec<f64> {
+        self.time_ratio()
+            .into_iter()
+            .chain(self.rounds.iter().map(Round::ratio))
+            .collect()
+    }
+
     /// The time over the required floor's: what the operator adds to the writes it must make.
     pub fn time_ratio_required(&self) -> Option<f64> {
         self.required_s.map(|f| self.time_to_ready_s / f)
@@ -226,7 +288,7 @@ impl Measurement {
     pub fn to_json(&self) -> Value {
         let n = self.n;
         let ms = |v: Option<f64>| v.map(|v| round(v, 2));
-        json!({
+        let mut entry = json!({
             "ground": self.ground,
             "n": n,
             "pods": self.pods,
@@ -275,7 +337,12 @@ impl Measurement {
             "reconcile_p50_ms": ms(self.reconcile_ms[0]),
             "reconcile_p90_ms": ms(self.reconcile_ms[1]),
             "reconcile_p99_ms": ms(self.reconcile_ms[2]),
-        })
+        });
+        let ratios = self.round_ratios();
+        entry["rounds"] = ratios.len().into();
+        entry["time_ratio_median"] = median(&ratios).map(|v| round(v, 3)).into();
+        entry["more_rounds"] = self.rounds.iter().map(Round::json).collect();
+        entry
     }
 
     pub fn print(&self) {
@@ -305,6 +372,26 @@ impl Measurement {
                 row("time ratio", format!("{:.2}", self.time_to_ready_s / f));
             }
             None => row("floor (plain client)", "not run".into()),
+        }
+        for (i, r) in self.rounds.iter().enumerate() {
+            row(
+                &format!("round {} ({})", i + 2, r.order()),
+                format!(
+                    "floor {:.2} s, operator {:.2} s, ratio {:.2}",
+                    r.floor_s,
+                    r.time_to_ready_s,
+                    r.ratio()
+                ),
+            );
+        }
+        if !self.rounds.is_empty() {
+            let ratios = self.round_ratios();
+            if let Some(m) = median(&ratios) {
+                row(
+                    &format!("time ratio, median of {} rounds", ratios.len()),
+                    format!("{m:.2}"),
+                );
+            }
         }
         if let Some(f) = self.required_s {
             row("required floor (+ required writes)", format!("{f:.2} s"));

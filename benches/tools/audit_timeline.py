@@ -4,7 +4,8 @@
     HABITAT_BENCH_KEEP_AUDIT=DIR cargo bench --bench scale -- --ground real 1000
     python3 benches/tools/audit_timeline.py DIR/audit-*.log
 
-For each run of the benchmark (its namespace: `warm-up`, `required-floor`, `floor`, `bench`),
+For each run of the benchmark (its namespace: `warm-up`, `required-floor`, `floor`, `bench`, and
+with `--rounds` the later rounds' `floor-round-K` and `bench-round-K`), in the order they ran,
 seconds from the run's first Habitat create, as quantiles over its Habitats:
 
 - `created`: the driver's create of the Habitat;
@@ -34,6 +35,17 @@ from datetime import datetime
 # The benchmark's namespaces (`Floor::namespace` in benches/scale/floor.rs, and the operator's
 # run) and clients (the operator and the benchmark's driver and floors, by User-Agent).
 RUNS = ("warm-up", "required-floor", "floor", "bench")
+# The later rounds' namespaces (`--rounds`: `round_namespace` in benches/scale/main.rs).
+ROUND = re.compile(r"^(floor|bench)-round-\d+$")
+
+
+def is_run(namespace):
+    return namespace in RUNS or bool(ROUND.match(namespace or ""))
+
+
+def operators(run):
+    """Whether the operator made the run's writes (else the benchmark's driver or a floor)."""
+    return run == "bench" or run.startswith("bench-round-")
 CLIENTS = ("habitat-operator", "habitat-bench")
 # Audit verbs that write; a server-side apply is a `patch`.
 WRITES = ("create", "update", "patch")
@@ -70,7 +82,7 @@ def read(path):
             if e.get("stage") != "ResponseComplete":
                 continue
             ref = e.get("objectRef") or {}
-            if ref.get("namespace") not in RUNS:
+            if not is_run(ref.get("namespace")):
                 continue
             runs[ref["namespace"]].append({
                 "received": seconds(e["requestReceivedTimestamp"]),
@@ -161,7 +173,7 @@ def waits(per, later, earlier):
 
 def main(path):
     runs = read(path)
-    for run in RUNS:
+    for run in sorted(runs, key=lambda r: min(e["received"] for e in runs[r])):
         per = habitats(runs.get(run, []))
         if not per:
             continue
@@ -194,7 +206,7 @@ def main(path):
             print(f"  {STATEFULSET_CONTROLLER} in the first {PACE_WINDOW_S:g} s: {len(pace)} "
                   f"requests, latency p50 {quantile(pace, 0.5):.1f} ms, "
                   f"mean {sum(pace) / len(pace):.1f} ms")
-        client = "habitat-operator" if run == "bench" else "habitat-bench"
+        client = "habitat-operator" if operators(run) else "habitat-bench"
         mean, most = in_flight(runs[run], client)
         print(f"  writes in flight ({client}): mean {mean:.1f}, most {most}")
 
