@@ -611,6 +611,108 @@ async fn a_forced_apply_takes_the_fields_it_changes(ground: Ground) {
     assert_eq!(labels(&dropped), ["b"], "{dropped}");
 }
 
+/// An apply without `force` is refused (409 Conflict, one cause per field) when it changes a
+/// field another manager owns, and changes nothing; one that sets the owner's value shares the
+/// field instead; with `force` it takes the field. The answers are the real server's.
+async fn an_apply_that_changes_anothers_field_conflicts_unless_forced(ground: Ground) {
+    let Some(env) = Env::start_with(ground, "fidelity-conflict", false).await else {
+        return;
+    };
+    let apply_as = |manager: &'static str, labels: Value, force: bool| {
+        let env = &env;
+        async move {
+            let path = format!("{CMS}/k?fieldManager={manager}&force={force}");
+            call(
+                env,
+                "PATCH",
+                &path,
+                &labelled("k", labels),
+                "application/apply-patch+yaml",
+            )
+            .await
+        }
+    };
+    ok(&apply_as("m", json!({"a": "1", "b": "2"}), false).await);
+    let shared = apply_as("n", json!({"a": "1", "c": "3"}), false).await;
+    assert_eq!(
+        labels(ok(&shared)),
+        ["a", "b", "c"],
+        "the same value is shared"
+    );
+
+    let conflicts = |a: &Answer| -> Vec<(String, String, String)> {
+        let causes = a.status.as_ref().and_then(|s| s.details.as_ref());
+        causes
+            .map(|d| d.causes.iter())
+            .into_iter()
+            .flatten()
+            .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
+            .collect()
+    };
+    let one = apply_as("n", json!({"a": "9", "c": "3"}), false).await;
+    assert_eq!(
+        (one.code, one.reason.as_str(), one.message.as_str()),
+        (
+            409,
+            "Conflict",
+            r#"Apply failed with 1 conflict: conflict with "m": .metadata.labels.a"#
+        ),
+        "{one:?}"
+    );
+    assert_eq!(
+        conflicts(&one),
+        [(
+            "FieldManagerConflict".to_string(),
+            r#"conflict with "m""#.to_string(),
+            ".metadata.labels.a".to_string()
+        )]
+    );
+    let two = apply_as("n", json!({"a": "9", "b": "8", "c": "3"}), false).await;
+    assert_eq!(
+        (two.code, two.message.as_str()),
+        (
+            409,
+            "Apply failed with 2 conflicts: conflicts with \"m\":\n- .metadata.labels.a\n- .metadata.labels.b"
+        ),
+        "{two:?}"
+    );
+    let unchanged = ok(&call(
+        &env,
+        "GET",
+        &format!("{CMS}/k"),
+        &Value::Null,
+        "application/json",
+    )
+    .await)
+    .clone();
+    assert_eq!(unchanged["metadata"]["labels"]["a"], "1", "{unchanged}");
+
+    // A field a create set belongs to the create's manager, an `Update` entry.
+    let created = labelled("u", json!({"x": "1"}));
+    ok(&post(&env, &format!("{CMS}?fieldManager=u"), created).await);
+    let path = format!("{CMS}/u?fieldManager=n&force=false");
+    let over = call(
+        &env,
+        "PATCH",
+        &path,
+        &labelled("u", json!({"x": "2"})),
+        "application/apply-patch+yaml",
+    )
+    .await;
+    assert_eq!(
+        (over.code, over.reason.as_str(), over.message.as_str()),
+        (
+            409,
+            "Conflict",
+            r#"Apply failed with 1 conflict: conflict with "u" using v1: .metadata.labels.x"#
+        ),
+        "{over:?}"
+    );
+
+    let forced = apply_as("n", json!({"a": "9", "c": "3"}), true).await;
+    assert_eq!(ok(&forced)["metadata"]["labels"]["a"], "9", "{forced:?}");
+}
+
 const SVCS: &str = "/api/v1/namespaces/NS/services";
 
 /// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
@@ -691,6 +793,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    an_apply_that_changes_anothers_field_conflicts_unless_forced,
     a_forced_apply_takes_the_fields_it_changes,
     an_apply_merges_a_list_map_item_by_item,
     a_created_field_leaves_only_once_moved_to_the_apply,

@@ -79,6 +79,44 @@ impl ApiError {
         .with_details(group, plural, name)
     }
 
+    /// 409 Conflict for an apply without `force` that changes fields other managers own, one
+    /// cause per field: `conflicts` holds each owner as kube-apiserver prints it and the field's
+    /// path (its field manager's `NewConflictError`).
+    pub fn apply_conflict(conflicts: &[(String, String)]) -> Self {
+        let message = match conflicts {
+            [(who, path)] => format!("Apply failed with 1 conflict: conflict with {who}: {path}"),
+            _ => {
+                let mut by_owner: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+                for (who, path) in conflicts {
+                    by_owner.entry(who).or_default().push(path);
+                }
+                let lines: Vec<String> = by_owner
+                    .iter()
+                    .flat_map(|(who, paths)| {
+                        std::iter::once(format!("conflicts with {who}:"))
+                            .chain(paths.iter().map(|p| format!("- {p}")))
+                    })
+                    .collect();
+                format!(
+                    "Apply failed with {} conflicts: {}",
+                    conflicts.len(),
+                    lines.join("\n")
+                )
+            }
+        };
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|(who, path)| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {who}"),
+                    "field": path})
+            })
+            .collect();
+        ApiError {
+            details: Some(json!({ "causes": causes })),
+            ..Self::new(409, "Conflict", message)
+        }
+    }
+
     /// A server-side failure (500, 503, 429 ...) with the given reason, as kube-apiserver
     /// words it.
     pub fn server_error(code: u16, reason: &'static str, message: impl Into<String>) -> Self {

@@ -219,7 +219,7 @@ impl Sandbox {
             crate::patch::PatchType::Apply,
             &obj,
             false,
-            Some(APPLY_MANAGER),
+            crate::store::Manager::forced(APPLY_MANAGER),
         )?;
         Ok(format!("{kind}/{}/{name}", ns.unwrap_or_default()))
     }

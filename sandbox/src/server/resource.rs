@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::patch::{self, PatchType};
 use crate::registry::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, Inner};
+use crate::store::{DeleteOptions, Inner, Manager};
 use axum::http::{HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -236,10 +236,16 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
                     patch::apply_patch(pt, &live, &body).ok()
                 })?
             };
-            let manager = r.query.get("fieldManager").map(String::as_str);
+            let by = Manager {
+                name: r.query.get("fieldManager").map(String::as_str),
+                // As Go's `strconv.ParseBool`, which the query's conversion uses.
+                force: r.query.get("force").is_some_and(|f| {
+                    matches!(f.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True")
+                }),
+            };
             let (existed, obj) = write(app, &r, |i| {
                 let existed = i.exists(&rt, ns, n);
-                (existed, i.patch(&rt, ns, n, pt, &body, status, manager))
+                (existed, i.patch(&rt, ns, n, pt, &body, status, by))
             });
             let code = if existed { 200 } else { 201 };
             Ok(warned(obj.map(|o| json_response(code, &o)), &warnings))

@@ -43,6 +43,27 @@ pub struct ObjKey {
     pub name: String,
 }
 
+/// Who makes a PATCH, as its query says: the `fieldManager`, and for an apply whether it is
+/// forced (`force=true`), which takes the fields it changes from their other managers where an
+/// apply without it is refused for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Manager<'a> {
+    /// The `fieldManager` (an apply needs one).
+    pub name: Option<&'a str>,
+    /// `force=true`.
+    pub force: bool,
+}
+
+impl<'a> Manager<'a> {
+    /// The manager `name`, forcing its applies.
+    pub fn forced(name: &'a str) -> Self {
+        Manager {
+            name: Some(name),
+            force: true,
+        }
+    }
+}
+
 /// The type of a change (watch event type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeKind {

@@ -3,8 +3,9 @@
 //! a create with a `fieldManager` set (an `Update` entry). A write's response carries them; a
 //! patch that sets `metadata.managedFields` replaces them, as client-go's `csaupgrade` does to
 //! move a create's fields into an apply's, so that the next apply removes what it no longer
-//! sets. An apply removes nothing another entry owns, and takes from the other entries the
-//! fields it changes (every apply is taken as forced: the sandbox refuses none for a conflict).
+//! sets. An apply removes nothing another entry owns. One with `force` takes from the other
+//! entries the fields it changes; one without is refused with a conflict per such field
+//! ([`Inner::conflicts`]), as kube-apiserver's field manager refuses it.
 //! A GET shows them too; lists and watches do not. Field sets name map keys (`f:NAME`) and the
 //! items of associative lists (`k:{...}`, `v:...`, [`crate::lists`]); other lists are one field.
 //! Not modelled: the `Update` entries of updates and non-apply patches, and field sets of what
@@ -185,6 +186,51 @@ pub fn without_changed(fields: &Value, live: &Value, applied: &Value, schema: Sc
     out
 }
 
+/// The leaves of the field set `fields` that `kept` (a part of it) no longer names, as
+/// structured-merge-diff prints a path (`.metadata.labels.a`, `.spec.ports[port=80,protocol="TCP"]`,
+/// `.metadata.finalizers[="f"]`).
+pub fn lost_paths(fields: &Value, kept: &Value) -> Vec<String> {
+    fn element(key: &str) -> String {
+        if let Some(name) = key.strip_prefix("f:") {
+            return format!(".{name}");
+        }
+        if let Some(value) = key.strip_prefix("v:") {
+            return format!("[={value}]");
+        }
+        if let Some(Ok(Value::Object(keys))) =
+            key.strip_prefix("k:").map(serde_json::from_str::<Value>)
+        {
+            let pairs: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            return format!("[{}]", pairs.join(","));
+        }
+        format!("[{key}]")
+    }
+    fn walk(fields: &Value, kept: Option<&Value>, path: &str, out: &mut Vec<String>) {
+        let Some(m) = fields.as_object() else {
+            return;
+        };
+        if m.is_empty() {
+            if kept.is_none() {
+                out.push(path.to_string());
+            }
+            return;
+        }
+        for (k, v) in m {
+            let below = kept.and_then(|kept| kept.get(k));
+            if k == "." {
+                if below.is_none() {
+                    out.push(path.to_string());
+                }
+            } else {
+                walk(v, below, &format!("{path}{}", element(k)), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(fields, Some(kept), "", &mut out);
+    out
+}
+
 /// The union of two field sets. A field one names whole (`{}`) and the other by its parts is
 /// named both ways (`.` and the parts).
 pub fn union(a: &Value, b: &Value) -> Value {
@@ -206,12 +252,19 @@ pub fn union(a: &Value, b: &Value) -> Value {
     }
 }
 
-fn entry(rt: &ResourceType, manager: &str, operation: &str, status: bool, fields: Value) -> Value {
+fn entry(
+    rt: &ResourceType,
+    manager: &str,
+    operation: &str,
+    status: bool,
+    fields: Value,
+    time: String,
+) -> Value {
     let mut e = json!({
         "manager": manager,
         "operation": operation,
         "apiVersion": rt.api_version(),
-        "time": meta::now(),
+        "time": time,
         "fieldsType": "FieldsV1",
         "fieldsV1": fields,
     });
@@ -235,11 +288,18 @@ impl Inner {
                     "Apply",
                     *status,
                     fields_of(config, rt.schema()),
+                    meta::now(),
                 ));
             }
         }
         if let Some((manager, fields)) = self.created.get(key) {
-            entries.push(entry(rt, manager, "Update", false, fields.clone()));
+            // The create's time, which the entry keeps until its manager writes again.
+            let created = self
+                .by_key
+                .get(key)
+                .and_then(|o| meta::meta_str(o, "creationTimestamp").map(String::from))
+                .unwrap_or_else(meta::now);
+            entries.push(entry(rt, manager, "Update", false, fields.clone(), created));
         }
         entries
     }
@@ -275,6 +335,49 @@ impl Inner {
                 !empty(&left)
             });
         }
+    }
+
+    /// The fields an apply of `applied` by `applier` over `live` would take from other managers
+    /// (those of the same subresource, and the create's `Update` entry): each as the manager
+    /// kube-apiserver names in its conflict (`"m"`, or `"m" using v1` for an `Update` entry)
+    /// and the field's path. Empty when it changes nothing another manager owns.
+    pub(super) fn conflicts(
+        &self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        applier: &(String, bool),
+        live: &Value,
+        applied: &Value,
+    ) -> Vec<(String, String)> {
+        let schema = rt.schema();
+        let lost =
+            |fields: &Value| lost_paths(fields, &without_changed(fields, live, applied, schema));
+        let mut out = Vec::new();
+        if let Some((manager, fields)) = self.created.get(key).filter(|_| !applier.1) {
+            let who = format!("{manager:?} using {}", rt.api_version());
+            out.extend(lost(fields).into_iter().map(|p| (who.clone(), p)));
+        }
+        let mut others: Vec<_> = self
+            .applied
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|(manager, _)| *manager != applier && manager.1 == applier.1)
+            .collect();
+        others.sort_by(|a, b| a.0.cmp(b.0));
+        for ((manager, status), config) in others {
+            let who = if *status {
+                format!("{manager:?} with subresource \"status\"")
+            } else {
+                format!("{manager:?}")
+            };
+            out.extend(
+                lost(&fields_of(config, schema))
+                    .into_iter()
+                    .map(|p| (who.clone(), p)),
+            );
+        }
+        out
     }
 
     /// What managers other than `applier` (a manager and whether it applies to the status) own
@@ -439,6 +542,26 @@ mod tests {
             json!({}),
             "a map left with nothing goes"
         );
+    }
+
+    #[test]
+    fn the_paths_an_owner_loses_are_printed_as_structured_merge_diff_prints_them() {
+        let fields = json!({"f:metadata": {"f:labels": {"f:a": {}, "f:b": {}},
+            "f:finalizers": {".": {}, r#"v:"x""#: {}}},
+            "f:spec": {"f:ports": {".": {},
+                r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}, "f:name": {}}}}});
+        let kept = json!({"f:metadata": {"f:labels": {"f:b": {}}, "f:finalizers": {".": {}}},
+            "f:spec": {"f:ports": {".": {},
+                r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}});
+        assert_eq!(
+            lost_paths(&fields, &kept),
+            [
+                ".metadata.finalizers[=\"x\"]",
+                ".metadata.labels.a",
+                ".spec.ports[port=80,protocol=\"TCP\"].name",
+            ]
+        );
+        assert!(lost_paths(&fields, &fields).is_empty());
     }
 
     #[test]

@@ -27,8 +27,53 @@ fn apply(inner: &mut Inner, rt: &ResourceType, body: Value) -> Result<Value, Api
         PatchType::Apply,
         &body,
         false,
-        Some("m"),
+        super::Manager::forced("m"),
     )
+}
+
+#[test]
+fn an_apply_that_changes_anothers_field_is_refused_unless_forced() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let labelled = |labels: Value| json!({"metadata": {"name": "c", "labels": labels}});
+    apply(&mut inner, &rt, labelled(json!({"a": "1", "b": "2"}))).expect("apply");
+    let as_n = |inner: &mut Inner, labels: Value, force: bool| {
+        let by = Manager {
+            name: Some("n"),
+            force,
+        };
+        let body = labelled(labels);
+        inner.patch(
+            &rt,
+            Some("default"),
+            "c",
+            PatchType::Apply,
+            &body,
+            false,
+            by,
+        )
+    };
+    as_n(&mut inner, json!({"a": "1"}), false).expect("the same value is shared");
+    let refused = as_n(&mut inner, json!({"a": "9", "b": "8"}), false).expect_err("a conflict");
+    assert_eq!((refused.code, refused.reason), (409, "Conflict"));
+    assert_eq!(
+        refused.message,
+        "Apply failed with 2 conflicts: conflicts with \"m\":\n- .metadata.labels.a\n- .metadata.labels.b"
+    );
+    let causes = &refused.details.expect("causes")["causes"];
+    assert_eq!(causes[1]["field"], ".metadata.labels.b", "{causes}");
+    let live = inner.get(&rt, Some("default"), "c").expect("kept");
+    assert_eq!(live["metadata"]["labels"]["a"], "1", "nothing changed");
+    let forced = as_n(&mut inner, json!({"a": "9"}), true).expect("forced");
+    assert_eq!(forced["metadata"]["labels"]["a"], "9");
+    // Taken: m's next apply without the label leaves it to n.
+    let obj = apply(&mut inner, &rt, labelled(json!({"b": "2"}))).expect("apply");
+    assert_eq!(
+        obj["metadata"]["labels"],
+        json!({"a": "9", "b": "2"}),
+        "{obj}"
+    );
 }
 
 #[test]

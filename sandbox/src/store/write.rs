@@ -221,7 +221,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Patch an object (PATCH), or its status when `status` is true.
+    /// Patch an object (PATCH), or its status when `status` is true, as the field manager `by`
+    /// names.
     #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &mut self,
@@ -231,8 +232,9 @@ impl Inner {
         pt: PatchType,
         body: &Value,
         status: bool,
-        manager: Option<&str>,
+        by: super::Manager<'_>,
     ) -> Result<Value, ApiError> {
+        let manager = by.name;
         let key = Inner::key(rt, ns, name);
         let old = self.by_key.get(&key).cloned();
         if pt == PatchType::Apply {
@@ -266,13 +268,19 @@ impl Inner {
             };
             let live = self.view_ref(rt, &old);
             self.check_rv(rt, &live, &applied)?;
+            if !by.force {
+                let conflicts = self.conflicts(rt, &key, &akey, &live, &applied);
+                if !conflicts.is_empty() {
+                    return Err(ApiError::apply_conflict(&conflicts));
+                }
+            }
             let prev = self.applied.get(&key).and_then(|a| a.get(&akey)).cloned();
             let others = self.owned_by_others(rt, &key, &akey);
             let merged =
                 patch::server_side_apply(&live, &applied, prev.as_ref(), &others, rt.schema());
             let result = self.commit(rt, key.clone(), &old, merged, status);
             if result.is_ok() && self.by_key.contains_key(&key) {
-                // Every apply is taken as forced: the sandbox refuses none for a conflict.
+                // Forced, or without conflicts: it takes what it changes.
                 self.take_changed(rt, &key, &akey, &live, &applied);
                 self.applied
                     .entry(key.clone())
