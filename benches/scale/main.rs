@@ -404,7 +404,7 @@ const OPERATOR_NAMESPACE: &str = "bench";
 /// never one just deleted. With the names reused, at N = 100 a run that followed a run of its own
 /// kind (in a namespace of the name just deleted, with objects of the same names) took 1.36 times
 /// as long as one that followed the other kind for the plain floor, 1.18 times for the operator;
-/// with names of their own, 1.04 and 1.10 (docs/performance.md, twenty-ninth pass).
+/// with names of their own, 1.04 and 1.08 (docs/performance.md, twenty-ninth pass).
 fn round_namespace(first: &str, round: usize) -> String {
     if round > 1 {
         format!("{first}-round-{round}")
