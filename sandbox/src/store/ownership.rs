@@ -339,8 +339,10 @@ impl Inner {
 
     /// The fields an apply of `applied` by `applier` over `live` would take from other managers
     /// (those of the same subresource, and the create's `Update` entry): each as the manager
-    /// kube-apiserver names in its conflict (`"m"`, or `"m" using v1` for an `Update` entry)
-    /// and the field's path. Empty when it changes nothing another manager owns.
+    /// kube-apiserver names in its conflict (`"m"`, or `"m" using v1` for an `Update` entry, both
+    /// recorded from a real server in `tests/fidelity.rs`; a status apply's `"m" with subresource
+    /// "status"` follows its field manager's `printManager` and is not recorded) and the field's
+    /// path. Empty when it changes nothing another manager owns.
     pub(super) fn conflicts(
         &self,
         rt: &ResourceType,
