@@ -37,15 +37,6 @@ from datetime import datetime
 RUNS = ("warm-up", "required-floor", "floor", "bench")
 # The later rounds' namespaces (`--rounds`: `round_namespace` in benches/scale/main.rs).
 ROUND = re.compile(r"^(floor|bench)-round-\d+$")
-
-
-def is_run(namespace):
-    return namespace in RUNS or bool(ROUND.match(namespace or ""))
-
-
-def operators(run):
-    """Whether the operator made the run's writes (else the benchmark's driver or a floor)."""
-    return run == "bench" or run.startswith("bench-round-")
 CLIENTS = ("habitat-operator", "habitat-bench")
 # Audit verbs that write; a server-side apply is a `patch`.
 WRITES = ("create", "update", "patch")
@@ -68,6 +59,15 @@ def seconds(stamp):
 def quantile(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+
+
+def is_run(namespace):
+    return namespace in RUNS or bool(ROUND.match(namespace or ""))
+
+
+def operators(run):
+    """Whether the operator made the run's writes (else the benchmark's driver or a floor)."""
+    return run == "bench" or run.startswith("bench-round-")
 
 
 def read(path):
