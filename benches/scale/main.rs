@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind, Settled};
-use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round};
+use report::{RoundProcess, Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
@@ -483,11 +483,18 @@ async fn more_rounds(
             let ns = &round_namespace(OPERATOR_NAMESPACE, r);
             let mut run = run_operator(ground, driver, args, n, ns, &identity, logs).await?;
             run.op.check_running()?;
+            let (cpu_s, rss_mib) = run.op.usage()?;
+            let reconciles = reconciles_total(&run.op.metrics().await?);
             drop(run.op);
             clear(ground, driver, ns, "operator", true).await?;
-            Ok::<_, String>((run.to_ready.all.as_secs_f64(), run.control_plane_s))
+            let process = RoundProcess {
+                cpu_s_to_ready: cpu_s,
+                peak_rss_mib: rss_mib,
+                reconciles,
+            };
+            Ok::<_, String>((run.to_ready.all.as_secs_f64(), run.control_plane_s, process))
         };
-        let ((operator_s, operator_cpu), plain) = if operator_first {
+        let ((operator_s, operator_cpu, process), plain) = if operator_first {
             let o = operator().await?;
             (o, floor(ground, Floor::Plain, args, n, r).await?)
         } else {
@@ -499,15 +506,17 @@ async fn more_rounds(
             floor_s: plain.secs,
             time_to_ready_s: operator_s,
             control_plane_s: [plain.control_plane_s, operator_cpu],
+            process,
         };
         eprintln!(
-            "{}: round {r} of {}, {}: floor {:.2} s, operator {:.2} s, ratio {:.2}",
+            "{}: round {r} of {}, {}: floor {:.2} s, operator {:.2} s, ratio {:.2}, operator CPU {:.2} ms per Habitat",
             ground.kind.name(),
             args.rounds,
             round.order(),
             round.floor_s,
             round.time_to_ready_s,
-            round.ratio()
+            round.ratio(),
+            round.process.cpu_ms_per_habitat(n)
         );
         rounds.push(round);
     }
@@ -583,6 +592,7 @@ async fn main() {
         }
     };
     let mut entries = vec![];
+    let mut measured = vec![];
     let mut failed = false;
     for &kind in &args.grounds {
         for &n in &args.sizes {
@@ -590,6 +600,7 @@ async fn main() {
                 Ok(m) => {
                     m.print();
                     entries.push(m.to_json());
+                    measured.push(m);
                 }
                 Err(e) => {
                     eprintln!("scale: {} ground, N = {n}: {e}", kind.name());
@@ -598,6 +609,7 @@ async fn main() {
             }
         }
     }
+    report::print_scaling(&measured);
     match report::save(&entries) {
         Ok(path) => println!("\nresults: {}", path.display()),
         Err(e) => {
