@@ -688,6 +688,37 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_budget_keeps_its_fingerprint_and_its_status_updates_wake_nothing() {
+        let pdb = |rv: &str, healthy: i32| -> PodDisruptionBudget {
+            let mut b: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "redis", "uid": "u", "resourceVersion": rv,
+                    "annotations": {"habitat.sh/fingerprint": "f1"}},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"habitat.sh/name": "redis"}}},
+                "status": {"currentHealthy": healthy, "desiredHealthy": 2, "expectedPods": 3,
+                    "disruptionsAllowed": (healthy - 2).max(0), "observedGeneration": 1},
+            }))
+            .expect("a PodDisruptionBudget");
+            b.slim();
+            b
+        };
+        let first = pdb("1", 0);
+        assert!(first.status.is_none());
+        assert_eq!(
+            first.metadata.annotations.as_ref().map(|a| a.len()),
+            Some(1),
+            "the fingerprint is kept"
+        );
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        assert!(triggers.after(Ok(watcher::Event::Apply(first))).is_some());
+        // kube-controller-manager counts the healthy members as they come up.
+        for (rv, healthy) in [("2", 1), ("3", 2), ("4", 3)] {
+            assert!(triggers
+                .after(Ok(watcher::Event::Apply(pdb(rv, healthy))))
+                .is_none());
+        }
+    }
+
+    #[test]
     fn pods_and_statefulsets_are_listed_in_smaller_pages() {
         // Their pages, decoded whole before they are slimmed, set the restart's peak RSS.
         assert_eq!(list_page::<Pod>(), LIST_PAGE_LARGE);
