@@ -287,7 +287,11 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Some(e) => Err(e),
         None => {
             // A deferred progress write is looked at again when it is due.
-            let next = match (next_requeue(ctx, h, &uid, &pass.outcome), deferred) {
+            let supervisors = snap.pods.iter().filter(|p| peer::is_running(p)).count();
+            let next = match (
+                next_requeue(ctx, h, &uid, &pass.outcome, supervisors),
+                deferred,
+            ) {
                 (Some(after), Some(wait)) => Some(after.min(wait)),
                 (None, Some(wait)) | (Some(wait), None) => Some(wait),
                 (None, None) => None,
@@ -555,8 +559,15 @@ async fn persist(
     }
 }
 
-/// When to look at the object again, given how the reconcile ended.
-fn next_requeue(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Option<Duration> {
+/// When to look at the object again, given how the reconcile ended and how many of its pods
+/// run (`supervisors`).
+fn next_requeue(
+    ctx: &Context,
+    h: &Habitat,
+    uid: &str,
+    outcome: &Outcome,
+    supervisors: usize,
+) -> Option<Duration> {
     // Leader groups, and supervisors following a channel, are re-read at the census' pace.
     let leader = h.spec.service.topology == Topology::Leader || follows_channel(h);
     match outcome {
@@ -566,6 +577,17 @@ fn next_requeue(ctx: &Context, h: &Habitat, uid: &str, outcome: &Outcome) -> Opt
         // The namespace refuses new objects: its deletion takes the Habitat along, and that
         // deletion (or any other change) wakes the object. No backoff: this is not a failure.
         Outcome::NamespaceTerminating => None,
+        // No election finishes while fewer than two of the group's supervisors run: a lone
+        // supervisor has no member entry of its own until it gossips with a peer, so it has no
+        // quorum (habitat-supervisor-facts, `check_quorum_mlr`). The pod watch says when another
+        // one starts; until then the census is read only at the resync interval, in case the
+        // group has members this Habitat's pods do not show. Polled meanwhile, a leader group
+        // waiting for kube-controller-manager to create its pods was reconciled 6 times for
+        // nothing at N = 1000 on the real ground (docs/performance.md, thirtieth pass).
+        Outcome::Waiting(Blocker::Election) if supervisors < 2 => {
+            ctx.backoffs.reset(uid);
+            Some(ctx.resync)
+        }
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
             let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
@@ -748,12 +770,38 @@ mod tests {
         let ctx = context(kube::Client::try_from(config).expect("a client"));
         let rollout = Outcome::Waiting(Blocker::Rollout);
         let standalone = crate::api::fixtures::habitat();
-        assert_eq!(next_requeue(&ctx, &standalone, "a", &rollout), None);
+        assert_eq!(next_requeue(&ctx, &standalone, "a", &rollout, 1), None);
         let group = crate::api::fixtures::habitat().leader();
         assert_eq!(
-            next_requeue(&ctx, &group, "b", &rollout),
+            next_requeue(&ctx, &group, "b", &rollout, 3),
             Some(ROLLOUT_POLL)
         );
+    }
+
+    /// A leader group waiting for its election polls the census only once two of its
+    /// supervisors run: before, no election can finish, and the pod watch says when one starts.
+    #[tokio::test]
+    async fn an_election_is_polled_only_once_two_supervisors_run() {
+        use crate::api::fixtures::HabitatFixture;
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let ctx = context(kube::Client::try_from(config).expect("a client"));
+        let election = Outcome::Waiting(Blocker::Election);
+        let group = crate::api::fixtures::habitat().leader();
+        // Two supervisors: polled, backing off from half a second up to LEADER_POLL.
+        let polls: Vec<_> = (0..8)
+            .map(|_| next_requeue(&ctx, &group, "g", &election, 2).expect("a poll"))
+            .collect();
+        assert!(polls[0] <= Duration::from_secs(1), "{polls:?}");
+        assert_eq!(polls[7], LEADER_POLL, "{polls:?}");
+        // None or one: read again only at the resync interval, and the backoff starts over.
+        for running in [0, 1] {
+            assert_eq!(
+                next_requeue(&ctx, &group, "g", &election, running),
+                Some(ctx.resync)
+            );
+        }
+        let again = next_requeue(&ctx, &group, "g", &election, 3).expect("a poll");
+        assert!(again <= Duration::from_secs(1), "{again:?}");
     }
 
     /// A settled leader group reads its census less often the longer it has stood, up to the
@@ -783,7 +831,7 @@ mod tests {
             });
             h
         };
-        let poll = |h: &Habitat| next_requeue(&ctx, h, "g", &settled).expect("a poll");
+        let poll = |h: &Habitat| next_requeue(&ctx, h, "g", &settled, 3).expect("a poll");
         let secs = |d: Duration| d.as_secs_f64().round() as u64;
         assert_eq!(poll(&crate::api::fixtures::habitat().leader()), LEADER_POLL);
         assert_eq!(poll(&stood(2)), LEADER_POLL);
