@@ -26,6 +26,7 @@ use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::slim::{drop_managed_fields, Slim};
 use crate::reconcile::{error_policy, reconcile};
+use crate::runtime::lean::{self, Decoded, Lean};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
@@ -111,8 +112,8 @@ type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Arc<K>> + Send>>;
 /// which updates are triggers ([`Triggers`]). The triggers are the cache's own objects (shared,
 /// not copied): at the end of a list, every object in the cache. Its first list waits for its
 /// turn among the caches (`turns`).
-fn cached<K>(
-    api: Api<K>,
+fn cached<K, W>(
+    api: Api<W>,
     config: watcher::Config,
     modify: impl FnMut(&mut K) + Send + 'static,
     indexed: impl Fn(&watcher::Event<K>) + Send + 'static,
@@ -128,10 +129,17 @@ where
         + Send
         + Sync
         + 'static,
+    W: kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Decoded<K>
+        + std::fmt::Debug
+        + Send
+        + 'static,
 {
     let (store, writer) = reflector::store();
     let stream = turns
-        .take(watcher(api, config.page_size(list_page::<K>())))
+        .take(watcher(api, config.page_size(list_page::<K>())).map_ok(lean::decoded_event))
         .inspect_err(|e| {
             tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff")
         })
@@ -345,7 +353,7 @@ pub async fn run(
     let echoes = Arc::new(Echoes::default());
     let turns = ListTurns::default();
     let (sts_store, sts) = cached(
-        api::<StatefulSet>(&client, ns),
+        api::<Lean<StatefulSet>>(&client, ns),
         ours.clone(),
         Slim::slim,
         |_| {},
@@ -378,7 +386,7 @@ pub async fn run(
     );
     let pods_index = index.pods_by_habitat.clone();
     let (pod_store, pods) = cached(
-        api::<Pod>(&client, ns),
+        api::<Lean<Pod>>(&client, ns),
         ours,
         Slim::slim,
         move |e| pods_index.event(e),
@@ -406,7 +414,7 @@ pub async fn run(
 
     let habitats_index = index.clone();
     let (habitat_store, habitat_stream) = cached(
-        api::<Habitat>(&client, ns),
+        api::<Lean<Habitat>>(&client, ns),
         watcher::Config::default(),
         drop_managed_fields,
         move |e| habitats_index.habitat_event(e),
