@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use floor::Floor;
 use ground::{Ground, Kind, Settled};
-use report::{RoundProcess, Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round};
+use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round, RoundProcess};
 
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at

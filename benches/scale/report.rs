@@ -228,8 +228,7 @@ pub fn print_scaling(measured: &[Measurement]) {
     if pairs.is_empty() {
         return;
     }
-    println!("
-scaling (medians of each size's rounds)");
+    println!("\nscaling (medians of each size's rounds)");
     for w in pairs {
         let (a, b) = (&w[0], &w[1]);
         let grow = |f: fn(&Measurement) -> Vec<f64>| match (median(&f(a)), median(&f(b))) {
@@ -343,7 +342,11 @@ impl Measurement {
     /// thirtieth pass), so it is judged on medians too.
     pub fn round_cpu_ms_per_habitat(&self) -> Vec<f64> {
         std::iter::once(self.cpu_s_to_ready * 1000.0 / self.n as f64)
-            .chain(self.rounds.iter().map(|r| r.process.cpu_ms_per_habitat(self.n)))
+            .chain(
+                self.rounds
+                    .iter()
+                    .map(|r| r.process.cpu_ms_per_habitat(self.n)),
+            )
             .collect()
     }
 
