@@ -83,6 +83,25 @@ pub async fn observe(h: &Habitat, census: &dyn CensusSource, pods: &[Pod]) -> Le
     }
 }
 
+/// Whether the group's election cannot finish before another of its supervisors starts, as the
+/// census of this pass and the running pods show: no pod runs (no supervisor, no census), or
+/// at most one runs and its census says NoQuorum. A lone supervisor has no member entry of its
+/// own until it gossips with a peer, so it has no quorum, and keeps none until a peer joins
+/// (habitat-supervisor-facts, `check_quorum_mlr`); a peer that joins runs in a pod that starts
+/// running, which the pod watch reports. A lone supervisor whose census does not say NoQuorum
+/// yet (it has just started) is read again, so that the Habitat reports why it waits.
+pub fn stalled(view: &LeaderView, pods: &[Pod]) -> bool {
+    let running = pods.iter().filter(|p| is_running(p)).count();
+    match view {
+        LeaderView::Observed {
+            election: Election::NoQuorum,
+            ..
+        } => running <= 1,
+        LeaderView::Unreachable(_) => running == 0,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -211,5 +230,44 @@ pub(crate) mod tests {
             LeaderView::Unreachable(e) => assert!(e.contains("10.0.0.1"), "{e}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_election_stalls_without_a_supervisor_or_with_a_lone_one_without_quorum() {
+        let h = habitat().leader();
+        let no_quorum = census_json("ElectionNoQuorum", &[("a", "10.0.0.1", false, true)]);
+        let in_progress = census_json("ElectionInProgress", &[("a", "10.0.0.1", false, true)]);
+        let read = |census: serde_json::Value, pods: &[Pod]| {
+            let src = Scripted(HashMap::from([("10.0.0.1".to_string(), census)]));
+            let pods = pods.to_vec();
+            let h = h.clone();
+            async move { (observe(&h, &src, &pods).await, pods) }
+        };
+        let pending = [pod(0, "", "Pending", false)];
+        let one = [pod(0, "10.0.0.1", "Running", false)];
+        let two = [
+            pod(0, "10.0.0.1", "Running", false),
+            pod(1, "10.0.0.2", "Running", false),
+        ];
+        // No pod runs: nothing to read, nothing can change before one does.
+        let (view, pods) = read(no_quorum.clone(), &pending).await;
+        assert_eq!(view, LeaderView::Unreachable("no pod runs".into()));
+        assert!(stalled(&view, &pods));
+        // A lone supervisor without quorum keeps none until a peer's pod runs.
+        let (view, pods) = read(no_quorum.clone(), &one).await;
+        assert!(stalled(&view, &pods), "{view:?}");
+        // Just started, its census does not say so yet: read again, to report NoQuorum.
+        let (view, pods) = read(in_progress, &one).await;
+        assert!(!stalled(&view, &pods), "{view:?}");
+        // Two supervisors may elect; one that does not answer yet is asked again.
+        let (view, pods) = read(no_quorum, &two).await;
+        assert!(!stalled(&view, &pods), "{view:?}");
+        let (view, pods) = read(serde_json::json!({}), &one).await;
+        assert!(matches!(view, LeaderView::Unreachable(_)));
+        assert!(
+            !stalled(&view, &pods),
+            "a running pod that does not answer yet"
+        );
+        assert!(!stalled(&LeaderView::NotObserved, &pending));
     }
 }

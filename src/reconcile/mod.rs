@@ -287,11 +287,8 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Some(e) => Err(e),
         None => {
             // A deferred progress write is looked at again when it is due.
-            let supervisors = snap.pods.iter().filter(|p| peer::is_running(p)).count();
-            let next = match (
-                next_requeue(ctx, h, &uid, &pass.outcome, supervisors),
-                deferred,
-            ) {
+            let stalled = leader::stalled(&snap.leader, &snap.pods);
+            let next = match (next_requeue(ctx, h, &uid, &pass.outcome, stalled), deferred) {
                 (Some(after), Some(wait)) => Some(after.min(wait)),
                 (None, Some(wait)) | (Some(wait), None) => Some(wait),
                 (None, None) => None,
@@ -559,14 +556,14 @@ async fn persist(
     }
 }
 
-/// When to look at the object again, given how the reconcile ended and how many of its pods
-/// run (`supervisors`).
+/// When to look at the object again, given how the reconcile ended and whether its election
+/// can finish before another of its supervisors starts ([`leader::stalled`]).
 fn next_requeue(
     ctx: &Context,
     h: &Habitat,
     uid: &str,
     outcome: &Outcome,
-    supervisors: usize,
+    stalled: bool,
 ) -> Option<Duration> {
     // Leader groups, and supervisors following a channel, are re-read at the census' pace.
     let leader = h.spec.service.topology == Topology::Leader || follows_channel(h);
@@ -577,14 +574,12 @@ fn next_requeue(
         // The namespace refuses new objects: its deletion takes the Habitat along, and that
         // deletion (or any other change) wakes the object. No backoff: this is not a failure.
         Outcome::NamespaceTerminating => None,
-        // No election finishes while fewer than two of the group's supervisors run: a lone
-        // supervisor has no member entry of its own until it gossips with a peer, so it has no
-        // quorum (habitat-supervisor-facts, `check_quorum_mlr`). The pod watch says when another
-        // one starts; until then the census is read only at the resync interval, in case the
-        // group has members this Habitat's pods do not show. Polled meanwhile, a leader group
-        // waiting for kube-controller-manager to create its pods was reconciled 6 times for
-        // nothing at N = 1000 on the real ground (docs/performance.md, thirtieth pass).
-        Outcome::Waiting(Blocker::Election) if supervisors < 2 => {
+        // The election cannot finish before another supervisor starts, which the pod watch
+        // says: until then the census is read only at the resync interval, in case the group
+        // has members this Habitat's pods do not show. Polled meanwhile, a leader group waiting
+        // for kube-controller-manager to create its pods was reconciled 6 times for nothing at
+        // N = 1000 on the real ground (docs/performance.md, thirtieth pass).
+        Outcome::Waiting(Blocker::Election) if stalled => {
             ctx.backoffs.reset(uid);
             Some(ctx.resync)
         }
@@ -770,37 +765,35 @@ mod tests {
         let ctx = context(kube::Client::try_from(config).expect("a client"));
         let rollout = Outcome::Waiting(Blocker::Rollout);
         let standalone = crate::api::fixtures::habitat();
-        assert_eq!(next_requeue(&ctx, &standalone, "a", &rollout, 1), None);
+        assert_eq!(next_requeue(&ctx, &standalone, "a", &rollout, false), None);
         let group = crate::api::fixtures::habitat().leader();
         assert_eq!(
-            next_requeue(&ctx, &group, "b", &rollout, 3),
+            next_requeue(&ctx, &group, "b", &rollout, false),
             Some(ROLLOUT_POLL)
         );
     }
 
-    /// A leader group waiting for its election polls the census only once two of its
-    /// supervisors run: before, no election can finish, and the pod watch says when one starts.
+    /// A leader group waiting for its election polls the census, unless the election cannot
+    /// finish before another supervisor starts, which the pod watch says.
     #[tokio::test]
-    async fn an_election_is_polled_only_once_two_supervisors_run() {
+    async fn a_stalled_election_is_not_polled() {
         use crate::api::fixtures::HabitatFixture;
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
         let ctx = context(kube::Client::try_from(config).expect("a client"));
         let election = Outcome::Waiting(Blocker::Election);
         let group = crate::api::fixtures::habitat().leader();
-        // Two supervisors: polled, backing off from half a second up to LEADER_POLL.
+        // Polled, backing off from half a second up to LEADER_POLL.
         let polls: Vec<_> = (0..8)
-            .map(|_| next_requeue(&ctx, &group, "g", &election, 2).expect("a poll"))
+            .map(|_| next_requeue(&ctx, &group, "g", &election, false).expect("a poll"))
             .collect();
         assert!(polls[0] <= Duration::from_secs(1), "{polls:?}");
         assert_eq!(polls[7], LEADER_POLL, "{polls:?}");
-        // None or one: read again only at the resync interval, and the backoff starts over.
-        for running in [0, 1] {
-            assert_eq!(
-                next_requeue(&ctx, &group, "g", &election, running),
-                Some(ctx.resync)
-            );
-        }
-        let again = next_requeue(&ctx, &group, "g", &election, 3).expect("a poll");
+        // Stalled: read again only at the resync interval, and the backoff starts over.
+        assert_eq!(
+            next_requeue(&ctx, &group, "g", &election, true),
+            Some(ctx.resync)
+        );
+        let again = next_requeue(&ctx, &group, "g", &election, false).expect("a poll");
         assert!(again <= Duration::from_secs(1), "{again:?}");
     }
 
@@ -831,7 +824,7 @@ mod tests {
             });
             h
         };
-        let poll = |h: &Habitat| next_requeue(&ctx, h, "g", &settled, 3).expect("a poll");
+        let poll = |h: &Habitat| next_requeue(&ctx, h, "g", &settled, false).expect("a poll");
         let secs = |d: Duration| d.as_secs_f64().round() as u64;
         assert_eq!(poll(&crate::api::fixtures::habitat().leader()), LEADER_POLL);
         assert_eq!(poll(&stood(2)), LEADER_POLL);
