@@ -105,12 +105,6 @@ decoded_whole!(
 #[derive(Clone, Debug)]
 pub struct Lean<K>(pub K);
 
-impl<K> Lean<K> {
-    pub fn into_inner(self) -> K {
-        self.0
-    }
-}
-
 impl<'de, K: Deserialize<'de> + Skip> Deserialize<'de> for Lean<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         K::deserialize(Skipping {
