@@ -713,6 +713,99 @@ async fn an_apply_that_changes_anothers_field_conflicts_unless_forced(ground: Gr
     assert_eq!(ok(&forced)["metadata"]["labels"]["a"], "9", "{forced:?}");
 }
 
+/// A write's options are checked before its body, and a refusal changes nothing: `force` on a
+/// patch that is no apply (`false` too), an apply without a `fieldManager`, a `fieldManager`
+/// too long or with a control character, an unknown `dryRun`. The answers are the real
+/// server's.
+async fn a_writes_options_are_checked_before_its_body(ground: Ground) {
+    let Some(env) = Env::start_with(ground, "fidelity-options", false).await else {
+        return;
+    };
+    ok(&post(&env, CMS, labelled("o", json!({"a": "1"}))).await);
+    let relabel = json!({"metadata": {"labels": {"a": "2"}}});
+    for force in ["true", "false"] {
+        invalid(
+            &merge(&env, &format!("{CMS}/o?force={force}"), relabel.clone()).await,
+            r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#,
+        );
+    }
+    let unnamed = call(
+        &env,
+        "PATCH",
+        &format!("{CMS}/o"),
+        &labelled("o", json!({"a": "2"})),
+        "application/apply-patch+yaml",
+    )
+    .await;
+    invalid(
+        &unnamed,
+        r#"PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch"#,
+    );
+    let long = "m".repeat(129);
+    let both = merge(
+        &env,
+        &format!("{CMS}/o?fieldManager={long}&dryRun=Nope"),
+        relabel.clone(),
+    )
+    .await;
+    invalid(
+        &both,
+        r#"PatchOptions.meta.k8s.io "" is invalid: [fieldManager: Too long: may not be more than 128 bytes, dryRun: Unsupported value: ["Nope"]: supported values: "All"]"#,
+    );
+    let reasons: Vec<String> = both
+        .status
+        .as_ref()
+        .and_then(|s| s.details.as_ref())
+        .map(|d| d.causes.iter().map(|c| c.reason.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        reasons,
+        ["FieldValueTooLong", "FieldValueNotSupported"],
+        "{both:?}"
+    );
+    // Checked before the body is decoded: this one is no JSON at all.
+    let tabbed = call(
+        &env,
+        "POST",
+        &format!("{CMS}?fieldManager=a%09b"),
+        &json!("not an object"),
+        "application/json",
+    )
+    .await;
+    invalid(
+        &tabbed,
+        r#"CreateOptions.meta.k8s.io "" is invalid: fieldManager: Invalid value: "a\tb": invalid character U+0009 (at position 1)"#,
+    );
+    invalid(
+        &put(
+            &env,
+            &format!("{CMS}/o?dryRun=x"),
+            labelled("o", json!({"a": "3"})),
+        )
+        .await,
+        r#"UpdateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["x"]: supported values: "All""#,
+    );
+    let unchanged = ok(&call(
+        &env,
+        "GET",
+        &format!("{CMS}/o"),
+        &Value::Null,
+        "application/json",
+    )
+    .await)
+    .clone();
+    assert_eq!(unchanged["metadata"]["labels"]["a"], "1", "{unchanged}");
+    // The same writes with fit options pass.
+    ok(&merge(
+        &env,
+        &format!("{CMS}/o?fieldManager=m&dryRun=All"),
+        relabel.clone(),
+    )
+    .await);
+    let patched = ok(&merge(&env, &format!("{CMS}/o?fieldManager=m"), relabel).await).clone();
+    assert_eq!(patched["metadata"]["labels"]["a"], "2", "{patched}");
+}
+
 const SVCS: &str = "/api/v1/namespaces/NS/services";
 
 /// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
@@ -793,6 +886,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    a_writes_options_are_checked_before_its_body,
     an_apply_that_changes_anothers_field_conflicts_unless_forced,
     a_forced_apply_takes_the_fields_it_changes,
     an_apply_merges_a_list_map_item_by_item,

@@ -59,44 +59,148 @@ enum FieldValidation {
     Strict,
 }
 
-/// The request's `fieldValidation` (the server's default is Warn); `options` names the verb's
-/// options kind (`CreateOptions`, ...) for the 422 of an unsupported value.
-fn field_validation(r: &Req, options: &str) -> Result<FieldValidation, ApiError> {
-    match r.query.get("fieldValidation").map(String::as_str) {
-        None | Some("" | "Warn") => Ok(FieldValidation::Warn),
-        Some("Ignore") => Ok(FieldValidation::Ignore),
-        Some("Strict") => Ok(FieldValidation::Strict),
+/// The most bytes a `fieldManager` may have (`FieldManagerMaxLength`).
+const FIELD_MANAGER_MAX_BYTES: usize = 128;
+
+/// The options of a write, checked as kube-apiserver checks them before it decodes the body
+/// (`ValidateCreateOptions`, `ValidateUpdateOptions`, `ValidatePatchOptions` with the patch's
+/// type `patch`): `force` only on an apply, a `fieldManager` on every apply, of at most 128
+/// bytes and printable characters, `dryRun` only `All`, and a known `fieldValidation`. One 422
+/// about `options` (`CreateOptions`, ...) names every cause. Returns the `fieldValidation`, the
+/// server's default Warn when none is given.
+fn write_options(
+    r: &Req,
+    options: &str,
+    patch: Option<PatchType>,
+) -> Result<FieldValidation, ApiError> {
+    use crate::validation::Cause;
+    let cause = |reason, field: &str, message: String| Cause {
+        reason,
+        field: field.into(),
+        message,
+    };
+    let mut causes = Vec::new();
+    let manager = r
+        .query
+        .get("fieldManager")
+        .map(String::as_str)
+        .unwrap_or_default();
+    match patch {
+        Some(PatchType::Apply) if manager.is_empty() => causes.push(cause(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch".into(),
+        )),
+        // Any value, `false` too: the server only asks whether it is set.
+        Some(pt) if pt != PatchType::Apply && r.query.contains_key("force") => causes.push(cause(
+            "FieldValueForbidden",
+            "force",
+            "Forbidden: may not be specified for non-apply patch".into(),
+        )),
+        _ => {}
+    }
+    if manager.len() > FIELD_MANAGER_MAX_BYTES {
+        causes.push(cause(
+            "FieldValueTooLong",
+            "fieldManager",
+            format!("Too long: may not be more than {FIELD_MANAGER_MAX_BYTES} bytes"),
+        ));
+    }
+    for (at, c) in manager.char_indices().filter(|(_, c)| !printable(*c)) {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "fieldManager",
+            format!(
+                "Invalid value: {}: invalid character U+{:04X} (at position {at})",
+                go_quote(manager),
+                u32::from(c)
+            ),
+        ));
+    }
+    if let Some(dry_run) = r.query.get("dryRun").filter(|d| *d != "All") {
+        causes.push(cause(
+            "FieldValueNotSupported",
+            "dryRun",
+            format!(
+                "Unsupported value: [{}]: supported values: \"All\"",
+                go_quote(dry_run)
+            ),
+        ));
+    }
+    let mode = match r.query.get("fieldValidation").map(String::as_str) {
+        None | Some("" | "Warn") => FieldValidation::Warn,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some("Strict") => FieldValidation::Strict,
         Some(other) => {
-            let cause = crate::validation::Cause {
-                reason: "FieldValueNotSupported",
-                field: "fieldValidation".into(),
-                message: format!(
+            causes.push(cause(
+                "FieldValueNotSupported",
+                "fieldValidation",
+                format!(
                     "Unsupported value: {}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
-                    Value::String(other.into())
+                    go_quote(other)
                 ),
-            };
-            Err(ApiError::invalid_fields(
-                "meta.k8s.io",
-                options,
-                "",
-                &[cause],
-            ))
+            ));
+            FieldValidation::Warn
         }
+    };
+    if causes.is_empty() {
+        Ok(mode)
+    } else {
+        Err(ApiError::invalid_fields(
+            "meta.k8s.io",
+            options,
+            "",
+            &causes,
+        ))
     }
 }
 
-/// `fieldValidation` of a custom resource's write whose decoded object is `obj`: with Strict
+/// Go's `unicode.IsPrint`, as far as the standard library can tell: not a control character,
+/// and no space but the ASCII one. (Format characters such as U+200B, which Go also refuses,
+/// are taken as printable.)
+fn printable(c: char) -> bool {
+    c == ' ' || !(c.is_control() || c.is_whitespace())
+}
+
+/// `s` quoted as Go's `%q` quotes it (`strconv.Quote`), for the values in a 422's causes.
+fn go_quote(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if u32::from(c) < 0x80 && !printable(c) => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)))
+            }
+            c if !printable(c) && u32::from(c) <= 0xffff => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)))
+            }
+            c if !printable(c) => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The `fieldValidation` `mode` of a custom resource's write whose decoded object is `obj`: with Strict
 /// and unknown fields, the real server's error (`strict`: a 400 when the request body is the
 /// object, the 422 of a patch whose result has them); otherwise the warnings to send (none
 /// with Ignore). Other resources are not checked.
 fn check_fields(
     app: &App,
     rt: &ResourceType,
-    r: &Req,
     options: &str,
+    mode: FieldValidation,
     obj: impl FnOnce(&Inner) -> Option<Value>,
 ) -> Result<Vec<String>, ApiError> {
-    let mode = field_validation(r, options)?;
     if mode == FieldValidation::Ignore || rt.crd.is_none() {
         return Ok(Vec::new());
     }
@@ -212,26 +316,29 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         }
         (&Method::GET, None) => list(app, &rt, ns, &r),
         (&Method::POST, None) => {
+            let mode = write_options(&r, "CreateOptions", None)?;
             let body = parse_json(&r)?;
-            let warnings = check_fields(app, &rt, &r, "CreateOptions", |_| Some(body.clone()))?;
+            let warnings = check_fields(app, &rt, "CreateOptions", mode, |_| Some(body.clone()))?;
             let manager = r.query.get("fieldManager").map(String::as_str);
             let obj = write(app, &r, |i| i.create_by(&rt, ns, body, manager));
             Ok(warned(obj.map(|o| json_response(201, &o)), &warnings))
         }
         (&Method::PUT, Some(n)) => {
+            let mode = write_options(&r, "UpdateOptions", None)?;
             let body = parse_json(&r)?;
-            let warnings = check_fields(app, &rt, &r, "UpdateOptions", |_| Some(body.clone()))?;
+            let warnings = check_fields(app, &rt, "UpdateOptions", mode, |_| Some(body.clone()))?;
             let obj = write(app, &r, |i| i.update(&rt, ns, n, body, status));
             Ok(warned(obj.map(|o| json_response(200, &o)), &warnings))
         }
         (&Method::PATCH, Some(n)) => {
             let pt = PatchType::from_content_type(r.header("content-type"))?;
+            let mode = write_options(&r, "PatchOptions", Some(pt))?;
             let body = patch::parse_body(pt, &r.body)?;
             // An apply's unknown fields are the structured merge's to refuse.
             let warnings = if pt == PatchType::Apply {
-                field_validation(&r, "PatchOptions").map(|_| Vec::new())?
+                Vec::new()
             } else {
-                check_fields(app, &rt, &r, "PatchOptions", |i| {
+                check_fields(app, &rt, "PatchOptions", mode, |i| {
                     let live = i.get(&rt, ns, n).ok()?;
                     patch::apply_patch(pt, &live, &body).ok()
                 })?
@@ -460,4 +567,24 @@ fn list_response(
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_quoted_as_go_quotes_them() {
+        assert_eq!(go_quote("plain"), r#""plain""#);
+        assert_eq!(go_quote("a\tb\n"), r#""a\tb\n""#);
+        assert_eq!(go_quote("q\"\\"), r#""q\"\\""#);
+        assert_eq!(go_quote("\u{1}\u{7f}"), r#""\x01\x7f""#);
+        assert_eq!(go_quote("é\u{85}\u{a0}"), r#""é\u0085\u00a0""#);
+    }
+
+    #[test]
+    fn only_the_ascii_space_is_a_printable_space() {
+        assert!(printable(' ') && printable('m') && printable('é') && printable('-'));
+        assert!(!printable('\t') && !printable('\u{a0}') && !printable('\u{2028}'));
+    }
 }
