@@ -609,7 +609,7 @@ async fn main() {
             }
         }
     }
-    report::print_scaling(&measured);
+    report::print_scaling(&measured, args.resync);
     match report::save(&entries) {
         Ok(path) => println!("\nresults: {}", path.display()),
         Err(e) => {

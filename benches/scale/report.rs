@@ -220,7 +220,10 @@ impl Round {
 /// How each ground's numbers grow from one size to the next that was measured, on the medians
 /// of the rounds: the targets compare N = 5000 with 1000 on the sandbox (time and memory within
 /// 5.5 times) and N = 1000 with 100 on the real ground (CPU per Habitat within 1.2 times).
-pub fn print_scaling(measured: &[Measurement]) {
+/// With `resync`, the operator's resync interval: a size whose median run outlasts it says so,
+/// since every settled Habitat is read again each interval, work that grows with N times the
+/// run's length and so faster than N (docs/performance.md, thirty-first pass).
+pub fn print_scaling(measured: &[Measurement], resync: std::time::Duration) {
     let pairs: Vec<_> = measured
         .windows(2)
         .filter(|w| w[0].ground == w[1].ground && w[0].n < w[1].n)
@@ -245,6 +248,16 @@ pub fn print_scaling(measured: &[Measurement]) {
             grow(Measurement::round_peak_rss_mib),
             grow(Measurement::round_cpu_ms_per_habitat),
         );
+        let run = median(&b.round_times()).unwrap_or(b.time_to_ready_s);
+        if run > resync.as_secs_f64() {
+            println!(
+                "    the runs at N = {} (median {run:.1} s) outlast the resync interval ({} s): \
+                 each settled Habitat is read again every interval, so the operator's work grows \
+                 faster than N (--resync-seconds)",
+                b.n,
+                resync.as_secs()
+            );
+        }
     }
 }
 
