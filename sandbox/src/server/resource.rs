@@ -190,10 +190,10 @@ fn go_quote(s: &str) -> String {
     out
 }
 
-/// The `fieldValidation` `mode` of a custom resource's write whose decoded object is `obj`: with Strict
-/// and unknown fields, the real server's error (`strict`: a 400 when the request body is the
-/// object, the 422 of a patch whose result has them); otherwise the warnings to send (none
-/// with Ignore). Other resources are not checked.
+/// The `fieldValidation` `mode` of a custom resource's write whose decoded object is `obj`:
+/// with Strict and unknown fields, the real server's error (`strict`: a 400 when the request
+/// body is the object, the 422 of a patch whose result has them); otherwise the warnings to
+/// send (none with Ignore). Other resources are not checked.
 fn check_fields(
     app: &App,
     rt: &ResourceType,
