@@ -806,6 +806,48 @@ async fn a_writes_options_are_checked_before_its_body(ground: Ground) {
     assert_eq!(patched["metadata"]["labels"]["a"], "2", "{patched}");
 }
 
+/// A delete's options are checked before the object is looked up: an unknown
+/// `propagationPolicy`, one beside the deprecated `orphanDependents`, an unknown `dryRun`. A
+/// delete of a collection with `dryRun=All` deletes nothing. The answers are the real server's.
+async fn a_deletes_options_are_checked_before_the_delete(ground: Ground) {
+    let Some(env) = Env::start_with(ground, "fidelity-delete-options", false).await else {
+        return;
+    };
+    ok(&post(&env, CMS, labelled("d", json!({"a": "1"}))).await);
+    let delete = |path: String, body: Value| {
+        let env = &env;
+        async move { call(env, "DELETE", &path, &body, "application/json").await }
+    };
+    invalid(
+        &delete(format!("{CMS}/d?propagationPolicy=Bogus"), Value::Null).await,
+        r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "Bogus": supported values: "Foreground", "Background", "Orphan", "nil""#,
+    );
+    // Checked before the lookup: this ConfigMap does not exist.
+    invalid(
+        &delete(format!("{CMS}/missing?dryRun=x"), Value::Null).await,
+        r#"DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["x"]: supported values: "All""#,
+    );
+    let both = json!({"kind": "DeleteOptions", "apiVersion": "v1",
+        "propagationPolicy": "Orphan", "orphanDependents": true});
+    invalid(
+        &delete(format!("{CMS}/d"), both).await,
+        r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Invalid value: "Orphan": orphanDependents and deletionPropagation cannot be both set"#,
+    );
+    let dry =
+        ok(&delete(format!("{CMS}?dryRun=All&labelSelector=a%3D1"), Value::Null).await).clone();
+    assert_eq!(dry["items"].as_array().map(Vec::len), Some(1), "{dry}");
+    let kept = call(
+        &env,
+        "GET",
+        &format!("{CMS}/d"),
+        &Value::Null,
+        "application/json",
+    )
+    .await;
+    assert_eq!(ok(&kept)["metadata"]["name"], "d", "a dry run deleted it");
+    ok(&delete(format!("{CMS}/d?propagationPolicy=Foreground"), Value::Null).await);
+}
+
 const SVCS: &str = "/api/v1/namespaces/NS/services";
 
 /// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
@@ -886,6 +928,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    a_deletes_options_are_checked_before_the_delete,
     a_writes_options_are_checked_before_its_body,
     an_apply_that_changes_anothers_field_conflicts_unless_forced,
     a_forced_apply_takes_the_fields_it_changes,

@@ -155,6 +155,72 @@ fn write_options(
     }
 }
 
+/// A delete's options (from the query, or its body), checked as kube-apiserver checks them
+/// before it looks the object up (`ValidateDeleteOptions`): a known `propagationPolicy`, not
+/// together with the deprecated `orphanDependents`, and `dryRun` only `All`.
+fn delete_options(r: &Req, body: Option<&Value>) -> Result<(), ApiError> {
+    use crate::validation::Cause;
+    let from_body = |k: &str| body.and_then(|b| b.get(k)).filter(|v| !v.is_null());
+    let policy =
+        r.query.get("propagationPolicy").cloned().or_else(|| {
+            from_body("propagationPolicy").map(|p| p.as_str().unwrap_or_default().into())
+        });
+    let orphan =
+        r.query.contains_key("orphanDependents") || from_body("orphanDependents").is_some();
+    let mut causes = Vec::new();
+    if let Some(policy) = &policy {
+        if orphan {
+            causes.push(Cause::invalid(
+                "propagationPolicy",
+                &go_quote(policy),
+                "orphanDependents and deletionPropagation cannot be both set",
+            ));
+        }
+        if !matches!(policy.as_str(), "Foreground" | "Background" | "Orphan") {
+            causes.push(Cause {
+                reason: "FieldValueNotSupported",
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\"",
+                    go_quote(policy)
+                ),
+            });
+        }
+    }
+    let dry_run: Vec<String> = match r.query.get("dryRun") {
+        Some(d) => vec![d.clone()],
+        None => from_body("dryRun")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    if dry_run.iter().any(|d| d != "All") {
+        let values: Vec<String> = dry_run.iter().map(|d| go_quote(d)).collect();
+        causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            field: "dryRun".into(),
+            message: format!(
+                "Unsupported value: [{}]: supported values: \"All\"",
+                values.join(", ")
+            ),
+        });
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            &causes,
+        ))
+    }
+}
+
 /// Go's `unicode.IsPrint`, as far as the standard library can tell: not a control character,
 /// and no space but the ASCII one. (Format characters such as U+200B, which Go also refuses,
 /// are taken as printable.)
@@ -363,6 +429,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             } else {
                 Some(parse_json(&r)?)
             };
+            delete_options(&r, body.as_ref())?;
             let opts = DeleteOptions::from_parts(body.as_ref(), &r.query);
             let obj = write(app, &r, |i| i.delete(&rt, ns, n, &opts))?;
             Ok(json_response(200, &obj))
@@ -373,25 +440,28 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             } else {
                 Some(parse_json(&r)?)
             };
+            delete_options(&r, body.as_ref())?;
             let opts = DeleteOptions::from_parts(body.as_ref(), &r.query);
             let (labels, fields) = selectors(&r, None)?;
-            let mut inner = store.lock();
-            let targets: Vec<Value> = inner
-                .select(&rt, ns, &labels, &fields)
-                .into_iter()
-                .map(std::borrow::Cow::into_owned)
-                .collect();
-            let mut items = Vec::new();
-            for o in targets {
-                let o_ns = crate::meta::namespace(&o).to_string();
-                let o_ns = (!o_ns.is_empty()).then_some(o_ns);
-                items.push(inner.delete(&rt, o_ns.as_deref(), crate::meta::name(&o), &opts)?);
-            }
-            Ok(json_response(
-                200,
-                &json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(),
+            // On a throwaway copy with `dryRun=All`, as a single delete.
+            let list = write(app, &r, |inner| {
+                let targets: Vec<Value> = inner
+                    .select(&rt, ns, &labels, &fields)
+                    .into_iter()
+                    .map(std::borrow::Cow::into_owned)
+                    .collect();
+                let mut items = Vec::new();
+                for o in targets {
+                    let o_ns = crate::meta::namespace(&o).to_string();
+                    let o_ns = (!o_ns.is_empty()).then_some(o_ns);
+                    items.push(inner.delete(&rt, o_ns.as_deref(), crate::meta::name(&o), &opts)?);
+                }
+                Ok::<_, ApiError>(
+                    json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(),
                     "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}),
-            ))
+                )
+            })?;
+            Ok(json_response(200, &list))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
