@@ -51,6 +51,10 @@ async fn call(env: &Env, method: &str, path: &str, body: &Value, content_type: &
     }
 }
 
+async fn get(env: &Env, path: &str) -> Answer {
+    call(env, "GET", path, &Value::Null, "application/json").await
+}
+
 async fn post(env: &Env, path: &str, body: Value) -> Answer {
     call(env, "POST", path, &body, "application/json").await
 }
@@ -414,7 +418,7 @@ async fn a_list_is_paged_by_limit_and_continue(ground: Ground) {
             Some(t) => format!("{list}&continue={t}"),
             None => list.to_string(),
         };
-        let a = call(&env, "GET", &path, &Value::Null, "application/json").await;
+        let a = get(&env, &path).await;
         let body = ok(&a);
         pages += 1;
         let items = body["items"].as_array().expect("items");
@@ -442,12 +446,9 @@ async fn a_list_is_paged_by_limit_and_continue(ground: Ground) {
     }
     assert_eq!(seen, names);
     assert!(pages >= 3, "{pages} pages");
-    let bad = call(
+    let bad = get(
         &env,
-        "GET",
         "/api/v1/namespaces/NS/configmaps?limit=2&continue=not-a-token!",
-        &Value::Null,
-        "application/json",
     )
     .await;
     assert_eq!(
@@ -676,15 +677,7 @@ async fn an_apply_that_changes_anothers_field_conflicts_unless_forced(ground: Gr
         ),
         "{two:?}"
     );
-    let unchanged = ok(&call(
-        &env,
-        "GET",
-        &format!("{CMS}/k"),
-        &Value::Null,
-        "application/json",
-    )
-    .await)
-    .clone();
+    let unchanged = ok(&get(&env, &format!("{CMS}/k")).await).clone();
     assert_eq!(unchanged["metadata"]["labels"]["a"], "1", "{unchanged}");
 
     // A field a create set belongs to the create's manager, an `Update` entry.
@@ -785,15 +778,7 @@ async fn a_writes_options_are_checked_before_its_body(ground: Ground) {
         .await,
         r#"UpdateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["x"]: supported values: "All""#,
     );
-    let unchanged = ok(&call(
-        &env,
-        "GET",
-        &format!("{CMS}/o"),
-        &Value::Null,
-        "application/json",
-    )
-    .await)
-    .clone();
+    let unchanged = ok(&get(&env, &format!("{CMS}/o")).await).clone();
     assert_eq!(unchanged["metadata"]["labels"]["a"], "1", "{unchanged}");
     // The same writes with fit options pass.
     ok(&merge(
@@ -836,14 +821,7 @@ async fn a_deletes_options_are_checked_before_the_delete(ground: Ground) {
     let dry =
         ok(&delete(format!("{CMS}?dryRun=All&labelSelector=a%3D1"), Value::Null).await).clone();
     assert_eq!(dry["items"].as_array().map(Vec::len), Some(1), "{dry}");
-    let kept = call(
-        &env,
-        "GET",
-        &format!("{CMS}/d"),
-        &Value::Null,
-        "application/json",
-    )
-    .await;
+    let kept = get(&env, &format!("{CMS}/d")).await;
     assert_eq!(ok(&kept)["metadata"]["name"], "d", "a dry run deleted it");
     ok(&delete(format!("{CMS}/d?propagationPolicy=Foreground"), Value::Null).await);
 }
