@@ -826,6 +826,49 @@ async fn a_deletes_options_are_checked_before_the_delete(ground: Ground) {
     ok(&delete(format!("{CMS}/d?propagationPolicy=Foreground"), Value::Null).await);
 }
 
+/// A list's and a watch's options are checked: `resourceVersionMatch` needs a
+/// `resourceVersion` (not `0` for `Exact`) and a known value, a list takes no
+/// `sendInitialEvents`, and a watch takes `resourceVersionMatch` only beside it. The answers
+/// are the real server's.
+async fn a_lists_options_are_checked(ground: Ground) {
+    let Some(env) = Env::start_with(ground, "fidelity-list-options", false).await else {
+        return;
+    };
+    let refused = [
+        (
+            "resourceVersionMatch=NotOlderThan",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "resourceVersionMatch=Exact&resourceVersion=0",
+            r#"resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0""#,
+        ),
+        (
+            "resourceVersionMatch=Bogus&resourceVersion=1",
+            r#"resourceVersionMatch: Unsupported value: "Bogus": supported values: "Exact", "NotOlderThan", """#,
+        ),
+        (
+            "sendInitialEvents=true",
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        ),
+        (
+            "watch=true&resourceVersionMatch=NotOlderThan",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ),
+    ];
+    for (query, cause) in refused {
+        invalid(
+            &get(&env, &format!("{CMS}?{query}")).await,
+            &format!(r#"ListOptions.meta.k8s.io "" is invalid: {cause}"#),
+        );
+    }
+    ok(&get(
+        &env,
+        &format!("{CMS}?resourceVersion=0&resourceVersionMatch=NotOlderThan"),
+    )
+    .await);
+}
+
 const SVCS: &str = "/api/v1/namespaces/NS/services";
 
 /// A headless Service with ports named `name` on `port`, and `appProtocol` where given.
@@ -906,6 +949,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    a_lists_options_are_checked,
     a_deletes_options_are_checked_before_the_delete,
     a_writes_options_are_checked_before_its_body,
     an_apply_that_changes_anothers_field_conflicts_unless_forced,

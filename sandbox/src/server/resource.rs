@@ -221,6 +221,91 @@ fn delete_options(r: &Req, body: Option<&Value>) -> Result<(), ApiError> {
     }
 }
 
+/// A list's or a watch's options, checked as kube-apiserver checks them
+/// (`ValidateListOptions`, with the WatchList feature on): a list's `resourceVersionMatch` needs
+/// a `resourceVersion` (not `0` for `Exact`) and no `continue`, and a list takes no
+/// `sendInitialEvents`; a watch's `resourceVersionMatch` is `NotOlderThan`, and only beside
+/// `sendInitialEvents`, which needs it.
+fn list_options(r: &Req, watch: bool) -> Result<(), ApiError> {
+    use crate::validation::Cause;
+    let forbidden = |field: &str, detail: &str| Cause {
+        reason: "FieldValueForbidden",
+        field: field.into(),
+        message: format!("Forbidden: {detail}"),
+    };
+    let not_supported = |value: &str, supported: &str| Cause {
+        reason: "FieldValueNotSupported",
+        field: "resourceVersionMatch".into(),
+        message: format!(
+            "Unsupported value: {}: supported values: {supported}",
+            go_quote(value)
+        ),
+    };
+    let param = |k: &str| r.query.get(k).map(String::as_str).unwrap_or_default();
+    let matching = param("resourceVersionMatch");
+    let send_initial = r.query.contains_key("sendInitialEvents");
+    let mut causes = Vec::new();
+    if watch {
+        if send_initial && matching != "NotOlderThan" {
+            causes.push(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !matching.is_empty() {
+            if !send_initial {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if matching != "NotOlderThan" {
+                causes.push(not_supported(matching, "\"NotOlderThan\""));
+            }
+        }
+    } else {
+        if !matching.is_empty() {
+            if param("resourceVersion").is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if !param("continue").is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if !matches!(matching, "Exact" | "NotOlderThan") {
+                causes.push(not_supported(matching, "\"Exact\", \"NotOlderThan\", \"\""));
+            }
+            if matching == "Exact" && param("resourceVersion") == "0" {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if send_initial {
+            causes.push(forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &causes,
+        ))
+    }
+}
+
 /// Go's `unicode.IsPrint`, as far as the standard library can tell: not a control character,
 /// and no space but the ASCII one. (Format characters such as U+200B, which Go also refuses,
 /// are taken as printable.)
@@ -350,6 +435,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
     match (&r.method, name) {
         (&Method::GET, _) if r.flag("watch") => {
             let (labels, fields) = selectors(&r, name)?;
+            list_options(&r, true)?;
             let params = WatchParams {
                 namespace: p.namespace.clone(),
                 resource_version: r.query.get("resourceVersion").cloned(),
@@ -523,6 +609,7 @@ fn bind(
 
 fn list(app: &App, rt: &ResourceType, ns: Option<&str>, r: &Req) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(r, None)?;
+    list_options(r, false)?;
     let page = Page::of(r)?;
     let inner = app.store.lock();
     // Paged as a real server pages it (a table, as kubectl asks for, is served whole).
