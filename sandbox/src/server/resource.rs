@@ -59,6 +59,31 @@ enum FieldValidation {
     Strict,
 }
 
+/// The 422 of request options (`CreateOptions`, `DeleteOptions`, ...) that `causes` refuse, as
+/// kube-apiserver answers it; Ok when there are none.
+fn refused_options(options: &str, causes: &[crate::validation::Cause]) -> Result<(), ApiError> {
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields("meta.k8s.io", options, "", causes))
+    }
+}
+
+/// The cause refusing `dryRun` values other than `All` (`ValidateDryRun`), if any.
+fn dry_run_cause(values: &[&str]) -> Option<crate::validation::Cause> {
+    values.iter().any(|d| *d != "All").then(|| {
+        let quoted: Vec<String> = values.iter().map(|d| go_quote(d)).collect();
+        crate::validation::Cause {
+            reason: "FieldValueNotSupported",
+            field: "dryRun".into(),
+            message: format!(
+                "Unsupported value: [{}]: supported values: \"All\"",
+                quoted.join(", ")
+            ),
+        }
+    })
+}
+
 /// The most bytes a `fieldManager` may have (`FieldManagerMaxLength`).
 const FIELD_MANAGER_MAX_BYTES: usize = 128;
 
@@ -117,15 +142,8 @@ fn write_options(
             ),
         ));
     }
-    if let Some(dry_run) = r.query.get("dryRun").filter(|d| *d != "All") {
-        causes.push(cause(
-            "FieldValueNotSupported",
-            "dryRun",
-            format!(
-                "Unsupported value: [{}]: supported values: \"All\"",
-                go_quote(dry_run)
-            ),
-        ));
+    if let Some(dry_run) = r.query.get("dryRun") {
+        causes.extend(dry_run_cause(&[dry_run]));
     }
     let mode = match r.query.get("fieldValidation").map(String::as_str) {
         None | Some("" | "Warn") => FieldValidation::Warn,
@@ -143,16 +161,7 @@ fn write_options(
             FieldValidation::Warn
         }
     };
-    if causes.is_empty() {
-        Ok(mode)
-    } else {
-        Err(ApiError::invalid_fields(
-            "meta.k8s.io",
-            options,
-            "",
-            &causes,
-        ))
-    }
+    refused_options(options, &causes).map(|()| mode)
 }
 
 /// A delete's options (from the query, or its body), checked as kube-apiserver checks them
@@ -187,38 +196,15 @@ fn delete_options(r: &Req, body: Option<&Value>) -> Result<(), ApiError> {
             });
         }
     }
-    let dry_run: Vec<String> = match r.query.get("dryRun") {
-        Some(d) => vec![d.clone()],
+    let dry_run: Vec<&str> = match r.query.get("dryRun") {
+        Some(d) => vec![d.as_str()],
         None => from_body("dryRun")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|v| v.as_str().unwrap_or_default().to_string())
-                    .collect()
-            })
+            .map(|a| a.iter().map(|v| v.as_str().unwrap_or_default()).collect())
             .unwrap_or_default(),
     };
-    if dry_run.iter().any(|d| d != "All") {
-        let values: Vec<String> = dry_run.iter().map(|d| go_quote(d)).collect();
-        causes.push(Cause {
-            reason: "FieldValueNotSupported",
-            field: "dryRun".into(),
-            message: format!(
-                "Unsupported value: [{}]: supported values: \"All\"",
-                values.join(", ")
-            ),
-        });
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_fields(
-            "meta.k8s.io",
-            "DeleteOptions",
-            "",
-            &causes,
-        ))
-    }
+    causes.extend(dry_run_cause(&dry_run));
+    refused_options("DeleteOptions", &causes)
 }
 
 /// A list's or a watch's options, checked as kube-apiserver checks them
@@ -294,16 +280,7 @@ fn list_options(r: &Req, watch: bool) -> Result<(), ApiError> {
             ));
         }
     }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_fields(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            &causes,
-        ))
-    }
+    refused_options("ListOptions", &causes)
 }
 
 /// Go's `unicode.IsPrint`, as far as the standard library can tell: not a control character,
