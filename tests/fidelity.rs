@@ -21,11 +21,27 @@ struct Answer {
 }
 
 async fn call(env: &Env, method: &str, path: &str, body: &Value, content_type: &str) -> Answer {
+    call_as(env, None, method, path, body, content_type).await
+}
+
+/// [`call`] with a User-Agent (the test's client sends none).
+async fn call_as(
+    env: &Env,
+    user_agent: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &Value,
+    content_type: &str,
+) -> Answer {
     let path = path.replace("NS", &env.namespace);
-    let req = hyper::Request::builder()
+    let mut req = hyper::Request::builder()
         .method(method)
         .uri(&path)
-        .header("Content-Type", content_type)
+        .header("Content-Type", content_type);
+    if let Some(agent) = user_agent {
+        req = req.header("User-Agent", agent);
+    }
+    let req = req
         .body(if body.is_null() {
             vec![]
         } else {
@@ -592,6 +608,184 @@ async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
     assert!(upgrade(&meta_of(&same), "m").is_none(), "{same}");
 }
 
+/// What each entry of an object's `managedFields` owns: (manager, operation, subresource, the
+/// paths of its fields, a node that is itself a member (`.`) by its own path), in order.
+fn owners(o: &Value) -> Vec<(String, String, String, Vec<String>)> {
+    fn paths(fields: &Value, at: &str, out: &mut Vec<String>) {
+        for (k, v) in fields.as_object().into_iter().flatten() {
+            if k == "." {
+                out.push(at.to_string());
+                continue;
+            }
+            let here = format!("{at}.{}", k.strip_prefix("f:").unwrap_or(k));
+            match v.as_object() {
+                Some(m) if !m.is_empty() => paths(v, &here, out),
+                _ => out.push(here),
+            }
+        }
+    }
+    let mut out: Vec<_> = o["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut fields = Vec::new();
+            paths(&e["fieldsV1"], "", &mut fields);
+            fields.sort();
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("manager"), s("operation"), s("subresource"), fields)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// An owner of `paths` by non-apply writes (an `Update` entry).
+fn updater(
+    manager: &str,
+    subresource: &str,
+    paths: &[&str],
+) -> (String, String, String, Vec<String>) {
+    (
+        manager.into(),
+        "Update".into(),
+        subresource.into(),
+        paths.iter().map(|p| p.to_string()).collect(),
+    )
+}
+
+/// Every non-apply write records what it set under its manager's `Update` entry (one per
+/// subresource), and takes what it changes or removes from every other entry: a merge patch, a
+/// PUT whose manager is its User-Agent's first word, a write of the status. A write that
+/// changes nothing records nothing, and `managedFields: [{}]` clears them. The sandbox recorded
+/// the create's entry alone, so a field another writer changed stayed its creator's.
+async fn every_write_records_its_manager_and_takes_what_it_changes(ground: Ground) {
+    let env = env_on!(ground, "fid-updaters", false);
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "w", "labels": {"l": "1"}}, "data": {"x": "1", "y": "1"}});
+    let created = post(&env, &format!("{CMS}?fieldManager=a"), body).await;
+    assert_eq!(
+        owners(ok(&created)),
+        [updater(
+            "a",
+            "",
+            &[
+                ".data",
+                ".data.x",
+                ".data.y",
+                ".metadata.labels",
+                ".metadata.labels.l"
+            ]
+        )],
+        "a map the create added is named itself too"
+    );
+    let b = format!("{CMS}/w?fieldManager=b");
+    let patched = merge(&env, &b, json!({"data": {"x": "2", "y": null, "z": "3"}})).await;
+    assert_eq!(
+        owners(ok(&patched)),
+        [
+            updater(
+                "a",
+                "",
+                &[".data", ".metadata.labels", ".metadata.labels.l"]
+            ),
+            updater("b", "", &[".data.x", ".data.z"]),
+        ],
+        "b took x, which it changed, and y, which it removed"
+    );
+    let again = merge(&env, &b, json!({"data": {"w": "4"}})).await;
+    assert_eq!(
+        owners(ok(&again))[1],
+        updater("b", "", &[".data.w", ".data.x", ".data.z"]),
+        "one entry per manager"
+    );
+    let mut live = ok(&get(&env, &format!("{CMS}/w")).await).clone();
+    live["metadata"]["labels"]["l"] = json!("2");
+    let put = call_as(
+        &env,
+        Some("fid-tester/1.0 (linux/amd64) test"),
+        "PUT",
+        &format!("{CMS}/w"),
+        &live,
+        "application/json",
+    )
+    .await;
+    assert_eq!(
+        owners(ok(&put)),
+        [
+            updater("a", "", &[".data", ".metadata.labels"]),
+            updater("b", "", &[".data.w", ".data.x", ".data.z"]),
+            updater("fid-tester", "", &[".metadata.labels.l"]),
+        ],
+        "the manager of a PUT without one is its User-Agent's first word"
+    );
+    let same = merge(
+        &env,
+        &format!("{CMS}/w?fieldManager=c"),
+        json!({"data": {"x": "2"}}),
+    )
+    .await;
+    assert_eq!(
+        owners(ok(&same)),
+        owners(ok(&put)),
+        "a write that changes nothing"
+    );
+
+    let habitats = "/apis/habitat.sh/v1/namespaces/NS/habitats";
+    let h = json!({"apiVersion": "habitat.sh/v1", "kind": "Habitat", "metadata": {"name": "h"},
+        "spec": {"image": "kinvolk/redis-hab", "count": 1, "service": {"name": "redis"}}});
+    ok(&post(&env, &format!("{habitats}?fieldManager=a"), h).await);
+    let status = format!("{habitats}/h/status?fieldManager=s");
+    ok(&merge(&env, &status, json!({"status": {"leader": "h-0"}})).await);
+    let labelled = merge(
+        &env,
+        &format!("{habitats}/h?fieldManager=s"),
+        json!({"metadata": {"labels": {"k": "v"}}}),
+    )
+    .await;
+    assert_eq!(
+        owners(ok(&labelled)),
+        [
+            updater(
+                "a",
+                "",
+                &[
+                    ".spec",
+                    ".spec.count",
+                    ".spec.image",
+                    ".spec.service",
+                    ".spec.service.group",
+                    ".spec.service.name",
+                    ".spec.service.topology",
+                    ".spec.service.updateCondition",
+                    ".spec.service.updateStrategy",
+                ]
+            ),
+            updater("s", "", &[".metadata.labels", ".metadata.labels.k"]),
+            updater(
+                "s",
+                "status",
+                &[
+                    ".status",
+                    ".status.leader",
+                    ".status.readyReplicas",
+                    ".status.replicas"
+                ]
+            ),
+        ],
+        "the defaults of decoding are the writer's"
+    );
+    let reset = merge(
+        &env,
+        &format!("{habitats}/h?fieldManager=s"),
+        json!({"metadata": {"managedFields": [{}]}}),
+    )
+    .await;
+    ok(&reset);
+    let cleared = ok(&get(&env, &format!("{habitats}/h")).await).clone();
+    assert_eq!(owners(&cleared), [], "{cleared}");
+}
+
 /// A forced apply that changes a field another entry owns takes it: the create's entry stops
 /// naming it, so the next apply that drops it removes it.
 async fn a_forced_apply_takes_the_fields_it_changes(ground: Ground) {
@@ -949,6 +1143,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    every_write_records_its_manager_and_takes_what_it_changes,
     a_lists_options_are_checked,
     a_deletes_options_are_checked_before_the_delete,
     a_writes_options_are_checked_before_its_body,

@@ -87,6 +87,16 @@ fn dry_run_cause(values: &[&str]) -> Option<crate::validation::Cause> {
 /// The most bytes a `fieldManager` may have (`FieldManagerMaxLength`).
 const FIELD_MANAGER_MAX_BYTES: usize = 128;
 
+/// The field manager of a write that is no apply, as kube-apiserver's `managerOrUserAgent` names
+/// it: the `fieldManager`, or else the User-Agent up to its first `/` (`kubectl` for
+/// `kubectl/v1.36.2 (linux/amd64) kubernetes/...`).
+fn manager_of(r: &Req) -> &str {
+    match r.query.get("fieldManager") {
+        Some(m) if !m.is_empty() => m,
+        _ => r.header("user-agent").split('/').next().unwrap_or_default(),
+    }
+}
+
 /// The options of a write, checked as kube-apiserver checks them before it decodes the body
 /// (`ValidateCreateOptions`, `ValidateUpdateOptions`, `ValidatePatchOptions` with the patch's
 /// type `patch`): `force` only on an apply, a `fieldManager` on every apply, of at most 128
@@ -448,15 +458,18 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
             let mode = write_options(&r, "CreateOptions", None)?;
             let body = parse_json(&r)?;
             let warnings = check_fields(app, &rt, "CreateOptions", mode, |_| Some(body.clone()))?;
-            let manager = r.query.get("fieldManager").map(String::as_str);
-            let obj = write(app, &r, |i| i.create_by(&rt, ns, body, manager));
+            let manager = manager_of(&r);
+            let obj = write(app, &r, |i| i.create_by(&rt, ns, body, Some(manager)));
             Ok(warned(obj.map(|o| json_response(201, &o)), &warnings))
         }
         (&Method::PUT, Some(n)) => {
             let mode = write_options(&r, "UpdateOptions", None)?;
             let body = parse_json(&r)?;
             let warnings = check_fields(app, &rt, "UpdateOptions", mode, |_| Some(body.clone()))?;
-            let obj = write(app, &r, |i| i.update(&rt, ns, n, body, status));
+            let manager = manager_of(&r);
+            let obj = write(app, &r, |i| {
+                i.update_by(&rt, ns, n, body, status, Some(manager))
+            });
             Ok(warned(obj.map(|o| json_response(200, &o)), &warnings))
         }
         (&Method::PATCH, Some(n)) => {
@@ -473,7 +486,11 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
                 })?
             };
             let by = Manager {
-                name: r.query.get("fieldManager").map(String::as_str),
+                // An apply names its manager (`write_options` refused one that does not).
+                name: match pt {
+                    PatchType::Apply => r.query.get("fieldManager").map(String::as_str),
+                    _ => Some(manager_of(&r)),
+                },
                 // As Go's `strconv.ParseBool`, which the query's conversion uses.
                 force: r.query.get("force").is_some_and(|f| {
                     matches!(f.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True")

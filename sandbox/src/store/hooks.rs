@@ -167,6 +167,22 @@ impl Inner {
         }
     }
 
+    /// `obj` as kube-apiserver decodes a client's object: with the defaults of decoding (a
+    /// built-in kind's, as [`spec_defaults`] has them; a custom resource's schema's, after its
+    /// unknown fields are pruned) and nothing else the write adds (allocated addresses,
+    /// admission, the status a create starts with). A write's field manager compares this.
+    pub(super) fn decoded(&self, rt: &ResourceType, obj: &Value) -> Value {
+        let mut obj = obj.clone();
+        match self.crd_schema(rt) {
+            Some(schema) => {
+                validation::schema::prune(schema, &mut obj);
+                validation::schema::apply_defaults(schema, &mut obj);
+            }
+            None => spec_defaults(rt, &mut obj),
+        }
+        obj
+    }
+
     /// The `openAPIV3Schema` of a custom resource's version, from its CRD.
     pub fn crd_schema(&self, rt: &ResourceType) -> Option<&Value> {
         let crd_key = ObjKey {

@@ -121,8 +121,8 @@ pub struct Inner {
     histories: history::Histories,
     /// The last apply of each (field manager, status subresource) per object.
     applied: HashMap<ObjKey, HashMap<(String, bool), Value>>,
-    /// The field manager of each object's create and the fields it set (its `Update` entry).
-    created: HashMap<ObjKey, (String, Value)>,
+    /// The `Update` entries of each object's `managedFields` ([`ownership`]).
+    updated: HashMap<ObjKey, Vec<ownership::Updated>>,
     /// Whether writes are validated like a client's (off for a scheduler's binding).
     checked: bool,
     /// The key of each stored object by uid.
@@ -181,7 +181,7 @@ impl Default for Store {
             by_key: HashMap::new(),
             histories: history::Histories::default(),
             applied: HashMap::new(),
-            created: HashMap::new(),
+            updated: HashMap::new(),
             checked: true,
             uids: HashMap::new(),
             dependents: HashMap::new(),
@@ -493,7 +493,7 @@ impl Inner {
                     self.queue_dependents(meta::uid_of(&prev));
                 }
                 self.applied.remove(&key);
-                self.created.remove(&key);
+                self.updated.remove(&key);
                 None
             }
             _ => {

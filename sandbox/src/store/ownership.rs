@@ -1,15 +1,23 @@
-//! Field ownership as a real API server shows it in `managedFields`, to the extent its clients
-//! rely on it: each field manager's last apply (an `Apply` entry, per subresource) and the fields
-//! a create with a `fieldManager` set (an `Update` entry). A write's response carries them; a
-//! patch that sets `metadata.managedFields` replaces them, as client-go's `csaupgrade` does to
-//! move a create's fields into an apply's, so that the next apply removes what it no longer
-//! sets. An apply removes nothing another entry owns. One with `force` takes from the other
-//! entries the fields it changes; one without is refused with a conflict per such field
-//! ([`Inner::conflicts`]), as kube-apiserver's field manager refuses it.
+//! Field ownership as a real API server shows it in `managedFields`: each field manager's last
+//! apply (an `Apply` entry, per subresource) and what its other writes set (an `Update` entry,
+//! per subresource: a create, an update, a non-apply patch). A write's response carries them; a
+//! write that sets `metadata.managedFields` replaces them first, as client-go's `csaupgrade`
+//! does to move a create's fields into an apply's, so that the next apply removes what it no
+//! longer sets. A non-apply write takes every field it adds, changes or removes from every
+//! other entry, and its manager's `Update` entry gains what it added or changed
+//! ([`compare`], after structured-merge-diff's `Updater.Update`); its manager is the
+//! `fieldManager`, or the User-Agent up to its first `/`. An apply removes nothing another entry
+//! owns. One with `force` takes from the other entries the fields it changes; one without is
+//! refused with a conflict per such field ([`Inner::conflicts`]), as kube-apiserver's field
+//! manager refuses it.
 //! A GET shows them too; lists and watches do not. Field sets name map keys (`f:NAME`) and the
 //! items of associative lists (`k:{...}`, `v:...`, [`crate::lists`]); other lists are one field.
-//! Not modelled: the `Update` entries of updates and non-apply patches, and field sets of what
-//! defaulting filled in (the sandbox records the fields a create's body set).
+//! Not modelled: field sets of what defaulting filled in (the sandbox records the fields a
+//! create's body set); the `.` a real `Update` entry gives a map or struct that the write
+//! added (its leaves are named, which is what ownership turns on); the cap of ten `Update`
+//! entries (`ancient-changes`); the ownership of Events and of the writes of the sandbox's own
+//! controllers (a real kube-controller-manager's `Update` entries), whose changes are still
+//! taken from the other entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
@@ -29,24 +37,56 @@ const SERVER_METADATA: [&str; 8] = [
     "selfLink",
 ];
 
-/// The field set (FieldsV1) of a configuration: every map key down to the leaves, which are
-/// scalars and atomic lists; an associative list names each item (`k:{...}` or `v:...`, with a
-/// `.` for the item itself), as a real server's field sets do.
-pub fn fields_of(config: &Value, schema: Schema) -> Value {
-    fn walk<'a>(v: &'a Value, path: &mut Vec<&'a str>, schema: Schema) -> Value {
+/// The part of an object a write owns fields in: the object without its status (a write of an
+/// object whose type has a status subresource), its status alone (a write of that subresource),
+/// or all of it (a type without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// All but `status`.
+    Object,
+    /// `status` alone.
+    Status,
+    /// Everything.
+    Whole,
+}
+
+impl Part {
+    /// The part a write of `rt` (its status subresource when `status`) owns.
+    pub fn of(rt: &ResourceType, status: bool) -> Part {
+        match (status, rt.status) {
+            (true, _) => Part::Status,
+            (false, true) => Part::Object,
+            (false, false) => Part::Whole,
+        }
+    }
+
+    fn skips(self, top_level_key: &str) -> bool {
+        match self {
+            Part::Object => matches!(top_level_key, "apiVersion" | "kind" | "status"),
+            Part::Whole => matches!(top_level_key, "apiVersion" | "kind"),
+            Part::Status => top_level_key != "status",
+        }
+    }
+}
+
+/// The field set (FieldsV1) of `part` of a configuration: every map key down to the leaves,
+/// which are scalars and atomic lists; an associative list names each item (`k:{...}` or
+/// `v:...`, with a `.` for the item itself), as a real server's field sets do.
+pub fn fields_in(config: &Value, schema: Schema, part: Part) -> Value {
+    fn walk<'a>(v: &'a Value, path: &mut Vec<&'a str>, schema: Schema, part: Part) -> Value {
         match v {
             Value::Object(m) => {
                 let top = path.is_empty();
                 let in_metadata = path.as_slice() == ["metadata"];
                 let mut out = Map::new();
                 for (k, v) in m {
-                    let skipped = (top && matches!(k.as_str(), "apiVersion" | "kind" | "status"))
+                    let skipped = (top && part.skips(k))
                         || (in_metadata && SERVER_METADATA.contains(&k.as_str()));
                     if skipped || v.is_null() {
                         continue;
                     }
                     path.push(k);
-                    out.insert(format!("f:{k}"), walk(v, path, schema));
+                    out.insert(format!("f:{k}"), walk(v, path, schema, part));
                     path.pop();
                 }
                 Value::Object(out)
@@ -61,7 +101,7 @@ pub fn fields_of(config: &Value, schema: Schema) -> Value {
                     };
                     let sub = match ty {
                         ListType::Map(_) => {
-                            let mut sub = walk(item, path, schema);
+                            let mut sub = walk(item, path, schema, part);
                             if let Some(m) = sub.as_object_mut() {
                                 m.insert(".".into(), json!({}));
                             }
@@ -76,7 +116,166 @@ pub fn fields_of(config: &Value, schema: Schema) -> Value {
             _ => json!({}),
         }
     }
-    walk(config, &mut Vec::new(), schema)
+    walk(config, &mut Vec::new(), schema, part)
+}
+
+/// Whether a field set names no field.
+pub fn is_empty(fields: &Value) -> bool {
+    fields.as_object().is_none_or(Map::is_empty)
+}
+
+/// Whether the node a field set reaches at some key is itself a member of the set: a leaf
+/// (`{}`), or a node with its own `.`.
+fn is_member(node: Option<&Value>) -> bool {
+    node.and_then(Value::as_object)
+        .is_some_and(|m| m.is_empty() || m.contains_key("."))
+}
+
+/// The fields of `a` that `b` does not name (structured-merge-diff's `Set.Difference`): a node
+/// both name keeps the parts of it only `a` names.
+pub fn difference(a: &Value, b: &Value) -> Value {
+    fn walk(a: &Map<String, Value>, b: Option<&Value>) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (k, sub) in a {
+            let theirs = b.and_then(|b| b.get(k));
+            let kept = match sub.as_object() {
+                _ if k == "." => theirs.is_none().then(|| json!({})),
+                Some(m) if m.is_empty() => (!is_member(theirs)).then(|| json!({})),
+                Some(m) => {
+                    let left = walk(m, theirs);
+                    (!left.is_empty()).then_some(Value::Object(left))
+                }
+                None => None,
+            };
+            if let Some(kept) = kept {
+                out.insert(k.clone(), kept);
+            }
+        }
+        out
+    }
+    match a.as_object() {
+        Some(m) => Value::Object(walk(m, Some(b))),
+        None => json!({}),
+    }
+}
+
+/// What a write of `new` over `old` did to `part` of the object, as structured-merge-diff's
+/// comparison finds it: the fields it added or whose values it changed, and the fields it
+/// removed, each as a field set. A map, struct or list the write added is named itself too
+/// (`.`), as in a real `Update` entry.
+pub fn compare(old: &Value, new: &Value, schema: Schema, part: Part) -> (Value, Value) {
+    /// The members of `after` (the field set of `new`) that `before` (of `old`) lacks, or whose
+    /// values differ; `path` is the field path of the node `new` and `old` are at.
+    fn changed<'a>(
+        after: &'a Map<String, Value>,
+        before: Option<&Value>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+        path: &mut Vec<&'a str>,
+        schema: Schema,
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (k, sub) in after {
+            let theirs = before.and_then(|b| b.get(k));
+            if k == "." {
+                if theirs.is_none() {
+                    out.insert(k.clone(), json!({}));
+                }
+                continue;
+            }
+            let field = k.strip_prefix("f:");
+            let ty = match field {
+                Some(_) => ListType::Atomic,
+                None => schema.at(path),
+            };
+            let (n, o) = (child(new, k, ty), child(old, k, ty));
+            if let Some(name) = field {
+                path.push(name);
+            }
+            match sub.as_object() {
+                Some(m) if m.is_empty() => {
+                    let changed_leaf = !is_member(theirs) || n != o;
+                    if changed_leaf {
+                        out.insert(k.clone(), json!({}));
+                    }
+                }
+                Some(m) => {
+                    let mut below = changed(m, theirs, n, o, path, schema);
+                    // A node the write added is itself a member of its set (the object's
+                    // metadata is the server's, as its own fields are).
+                    let added = theirs.is_none() && !(path.len() == 1 && k == "f:metadata");
+                    if added {
+                        below.insert(".".into(), json!({}));
+                    }
+                    if !below.is_empty() {
+                        out.insert(k.clone(), Value::Object(below));
+                    }
+                }
+                None => {}
+            }
+            if field.is_some() {
+                path.pop();
+            }
+        }
+        out
+    }
+    /// The value the field-set key `k` names under `v`: a map key, or an item of the list `v`
+    /// (of type `ty`).
+    fn child<'v>(v: Option<&'v Value>, k: &str, ty: ListType) -> Option<&'v Value> {
+        match k.strip_prefix("f:") {
+            Some(name) => v?.get(name),
+            None => v?
+                .as_array()?
+                .iter()
+                .find(|i| element(ty, i).as_deref() == Some(k)),
+        }
+    }
+    let before = fields_in(old, schema, part);
+    let after = fields_in(new, schema, part);
+    let removed = difference(&before, &after);
+    let added_or_changed = match after.as_object() {
+        Some(m) => Value::Object(changed(
+            m,
+            Some(&before),
+            Some(new),
+            Some(old),
+            &mut Vec::new(),
+            schema,
+        )),
+        None => json!({}),
+    };
+    (added_or_changed, removed)
+}
+
+/// The object a create is compared with, as kube-apiserver's field manager compares it: the
+/// zero value of the kind's Go type, in which the structs that are no pointers exist, empty (a
+/// create's `Update` entry names them by their fields alone, and what else it adds with `.`). A
+/// custom resource's zero value is empty.
+pub fn zero_object(rt: &ResourceType) -> Value {
+    let template = json!({"metadata": {}, "spec": {}});
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        _ if rt.crd.is_some() => json!({}),
+        ("", "Pod" | "Namespace") | ("policy", "PodDisruptionBudget") => {
+            json!({"spec": {}, "status": {}})
+        }
+        ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        ("", "PersistentVolumeClaim") => json!({"spec": {"resources": {}}, "status": {}}),
+        ("", "Event") => json!({"involvedObject": {}, "source": {}}),
+        ("apps", "StatefulSet") => {
+            json!({"spec": {"template": template, "updateStrategy": {}}, "status": {}})
+        }
+        ("apps", "Deployment") => {
+            json!({"spec": {"template": template, "strategy": {}}, "status": {}})
+        }
+        ("coordination.k8s.io", "Lease") => json!({"spec": {}}),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            json!({"roleRef": {}})
+        }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            json!({"spec": {"names": {}}, "status": {"acceptedNames": {}}})
+        }
+        _ => json!({}),
+    }
 }
 
 /// The part of `live` that the field set `fields` names: the configuration a manager owning
@@ -252,6 +451,27 @@ pub fn union(a: &Value, b: &Value) -> Value {
     }
 }
 
+/// One `Update` entry of an object's `managedFields`: what a manager's non-apply writes to the
+/// object, or to its status, set and still own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Updated {
+    /// The field manager.
+    pub manager: String,
+    /// Whether the writes were to the status subresource.
+    pub status: bool,
+    /// The fields it owns (FieldsV1).
+    pub fields: Value,
+    /// When it last changed a field (RFC 3339, seconds).
+    pub time: String,
+}
+
+/// What a non-apply write did to its part of an object ([`compare`]).
+#[derive(Debug)]
+pub struct Change {
+    changed: Value,
+    removed: Value,
+}
+
 fn entry(
     rt: &ResourceType,
     manager: &str,
@@ -274,34 +494,173 @@ fn entry(
     e
 }
 
+/// The fields an applier (a manager, and whether it applies to the status) owns by its
+/// configuration.
+fn applied_fields(rt: &ResourceType, applier: &(String, bool), config: &Value) -> Value {
+    fields_in(config, rt.schema(), Part::of(rt, applier.1))
+}
+
+/// The union of two field sets, either of which may name nothing.
+fn merged(a: &Value, b: &Value) -> Value {
+    match (is_empty(a), is_empty(b)) {
+        (true, _) => b.clone(),
+        (_, true) => a.clone(),
+        _ => union(a, b),
+    }
+}
+
 impl Inner {
-    /// The object's `managedFields`, as a real server shows them in a write's response.
+    /// The object's `managedFields`, as a real server shows them in a write's response:
+    /// `Apply` entries first, then `Update` entries by time, manager and subresource.
     pub(super) fn managed_fields(&self, rt: &ResourceType, key: &ObjKey) -> Vec<Value> {
         let mut entries = Vec::new();
         if let Some(applied) = self.applied.get(key) {
             let mut managers: Vec<_> = applied.iter().collect();
             managers.sort_by(|a, b| a.0.cmp(b.0));
-            for ((manager, status), config) in managers {
+            for (applier, config) in managers {
                 entries.push(entry(
                     rt,
-                    manager,
+                    &applier.0,
                     "Apply",
-                    *status,
-                    fields_of(config, rt.schema()),
+                    applier.1,
+                    applied_fields(rt, applier, config),
                     meta::now(),
                 ));
             }
         }
-        if let Some((manager, fields)) = self.created.get(key) {
-            // The create's time, which the entry keeps until its manager writes again.
-            let created = self
-                .by_key
-                .get(key)
-                .and_then(|o| meta::meta_str(o, "creationTimestamp").map(String::from))
-                .unwrap_or_else(meta::now);
-            entries.push(entry(rt, manager, "Update", false, fields.clone(), created));
+        if let Some(updated) = self.updated.get(key) {
+            let mut updated: Vec<_> = updated.iter().collect();
+            updated.sort_by(|a, b| {
+                (&a.time, &a.manager, a.status).cmp(&(&b.time, &b.manager, b.status))
+            });
+            for u in updated {
+                entries.push(entry(
+                    rt,
+                    &u.manager,
+                    "Update",
+                    u.status,
+                    u.fields.clone(),
+                    u.time.clone(),
+                ));
+            }
         }
         entries
+    }
+
+    /// Records a create of `key` by `manager`: its `Update` entry names the fields `obj` (the
+    /// body, as decoded: [`Inner::decoded`]) set, compared with the kind's [`zero_object`], at
+    /// the object's creation time.
+    pub(super) fn note_create(
+        &mut self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        obj: &Value,
+        manager: &str,
+    ) {
+        let obj = self.decoded(rt, obj);
+        let (fields, _) = compare(&zero_object(rt), &obj, rt.schema(), Part::of(rt, false));
+        if is_empty(&fields) {
+            return;
+        }
+        let time = self
+            .by_key
+            .get(key)
+            .and_then(|o| meta::meta_str(o, "creationTimestamp").map(String::from))
+            .unwrap_or_else(meta::now);
+        self.updated.insert(
+            key.clone(),
+            vec![Updated {
+                manager: manager.to_string(),
+                status: false,
+                fields,
+                time,
+            }],
+        );
+    }
+
+    /// What a non-apply write of `candidate` (what the client asked for) over `old` does to
+    /// ownership: the fields it adds or changes and those it removes in its part of the object.
+    /// `None` when nothing is to be recorded: an Event, or a write by one of the sandbox's own
+    /// controllers (no `manager`) to an object no entry owns a field of. Drawn before the write,
+    /// from the client's object as decoded ([`Inner::decoded`]): the defaults of decoding are
+    /// the writer's, what the server adds after (an address, admission) nobody's.
+    pub(super) fn draw_change(
+        &self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        old: &Value,
+        candidate: &Value,
+        status: bool,
+        manager: Option<&str>,
+    ) -> Option<Change> {
+        let owned = self.applied.contains_key(key) || self.updated.contains_key(key);
+        if (manager.is_none() && !owned) || rt.is_event() {
+            return None;
+        }
+        let candidate = self.decoded(rt, candidate);
+        let (changed, removed) = compare(old, &candidate, rt.schema(), Part::of(rt, status));
+        Some(Change { changed, removed })
+    }
+
+    /// Records a non-apply write of `key` (or of its status, when `status`) that made `change`,
+    /// by `manager` (`None`: one of the sandbox's own controllers, which owns nothing): every
+    /// entry loses what the write added, changed or removed, and the manager's `Update` entry
+    /// gains what it added or changed, with the time of the write.
+    pub(super) fn note_change(
+        &mut self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        change: Change,
+        status: bool,
+        manager: Option<&str>,
+    ) {
+        let Change { changed, removed } = change;
+        let taken = merged(&changed, &removed);
+        if is_empty(&taken) {
+            return;
+        }
+        if let Some(updated) = self.updated.get_mut(key) {
+            for u in updated.iter_mut() {
+                u.fields = difference(&u.fields, &taken);
+            }
+            updated.retain(|u| !is_empty(&u.fields));
+        }
+        if let Some(appliers) = self.applied.get_mut(key) {
+            let schema = rt.schema();
+            appliers.retain(|applier, config| {
+                let fields = applied_fields(rt, applier, config);
+                let left = difference(&fields, &taken);
+                if left != fields {
+                    *config = project(config, &left, schema);
+                }
+                !is_empty(&left)
+            });
+            if appliers.is_empty() {
+                self.applied.remove(key);
+            }
+        }
+        if let Some(manager) = manager.filter(|_| !is_empty(&changed)) {
+            let updated = self.updated.entry(key.clone()).or_default();
+            let time = meta::now();
+            match updated
+                .iter_mut()
+                .find(|u| u.manager == manager && u.status == status)
+            {
+                Some(u) => {
+                    u.fields = merged(&u.fields, &changed);
+                    u.time = time;
+                }
+                None => updated.push(Updated {
+                    manager: manager.to_string(),
+                    status,
+                    fields: changed,
+                    time,
+                }),
+            }
+        }
+        if self.updated.get(key).is_some_and(Vec::is_empty) {
+            self.updated.remove(key);
+        }
     }
 
     /// A forced apply of `applied` by `applier` over `live` takes what it changes from the other
@@ -315,14 +674,13 @@ impl Inner {
         applied: &Value,
     ) {
         let schema = rt.schema();
-        let empty = |f: &Value| f.as_object().is_none_or(Map::is_empty);
-        if let Some((manager, fields)) = self.created.get(key) {
-            let left = without_changed(fields, live, applied, schema);
-            if empty(&left) {
-                self.created.remove(key);
-            } else {
-                let manager = manager.clone();
-                self.created.insert(key.clone(), (manager, left));
+        if let Some(updated) = self.updated.get_mut(key) {
+            for u in updated.iter_mut().filter(|u| u.status == applier.1) {
+                u.fields = without_changed(&u.fields, live, applied, schema);
+            }
+            updated.retain(|u| !is_empty(&u.fields));
+            if updated.is_empty() {
+                self.updated.remove(key);
             }
         }
         if let Some(appliers) = self.applied.get_mut(key) {
@@ -330,17 +688,18 @@ impl Inner {
                 if manager == applier || manager.1 != applier.1 {
                     return true;
                 }
-                let left = without_changed(&fields_of(config, schema), live, applied, schema);
+                let left =
+                    without_changed(&applied_fields(rt, manager, config), live, applied, schema);
                 *config = project(config, &left, schema);
-                !empty(&left)
+                !is_empty(&left)
             });
         }
     }
 
     /// The fields an apply of `applied` by `applier` over `live` would take from other managers
-    /// (those of the same subresource, and the create's `Update` entry): each as the manager
+    /// of the same subresource (their `Apply` and `Update` entries): each as the manager
     /// kube-apiserver names in its conflict (`"m"`, or `"m" using v1` for an `Update` entry, both
-    /// recorded from a real server in `tests/fidelity.rs`; a status apply's `"m" with subresource
+    /// recorded from a real server in `tests/fidelity.rs`; a status entry's `with subresource
     /// "status"` follows its field manager's `printManager` and is not recorded) and the field's
     /// path. Empty when it changes nothing another manager owns.
     pub(super) fn conflicts(
@@ -354,11 +713,14 @@ impl Inner {
         let schema = rt.schema();
         let lost =
             |fields: &Value| lost_paths(fields, &without_changed(fields, live, applied, schema));
+        let subresource = |status: bool| {
+            if status {
+                " with subresource \"status\""
+            } else {
+                ""
+            }
+        };
         let mut out = Vec::new();
-        if let Some((manager, fields)) = self.created.get(key).filter(|_| !applier.1) {
-            let who = format!("{manager:?} using {}", rt.api_version());
-            out.extend(lost(fields).into_iter().map(|p| (who.clone(), p)));
-        }
         let mut others: Vec<_> = self
             .applied
             .get(key)
@@ -367,17 +729,27 @@ impl Inner {
             .filter(|(manager, _)| *manager != applier && manager.1 == applier.1)
             .collect();
         others.sort_by(|a, b| a.0.cmp(b.0));
-        for ((manager, status), config) in others {
-            let who = if *status {
-                format!("{manager:?} with subresource \"status\"")
-            } else {
-                format!("{manager:?}")
-            };
-            out.extend(
-                lost(&fields_of(config, schema))
-                    .into_iter()
-                    .map(|p| (who.clone(), p)),
+        for (manager, config) in others {
+            let who = format!("{:?}{}", manager.0, subresource(manager.1));
+            let fields = applied_fields(rt, manager, config);
+            out.extend(lost(&fields).into_iter().map(|p| (who.clone(), p)));
+        }
+        let mut updated: Vec<_> = self
+            .updated
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|u| u.status == applier.1)
+            .collect();
+        updated.sort_by(|a, b| a.manager.cmp(&b.manager));
+        for u in updated {
+            let who = format!(
+                "{:?}{} using {}",
+                u.manager,
+                subresource(u.status),
+                rt.api_version()
             );
+            out.extend(lost(&u.fields).into_iter().map(|p| (who.clone(), p)));
         }
         out
     }
@@ -393,11 +765,11 @@ impl Inner {
         let mut owned = json!({});
         for (manager, config) in self.applied.get(key).into_iter().flatten() {
             if manager != applier {
-                owned = union(&owned, &fields_of(config, rt.schema()));
+                owned = merged(&owned, &applied_fields(rt, manager, config));
             }
         }
-        if let Some((_, fields)) = self.created.get(key) {
-            owned = union(&owned, fields);
+        for u in self.updated.get(key).into_iter().flatten() {
+            owned = merged(&owned, &u.fields);
         }
         owned
     }
@@ -428,8 +800,10 @@ impl Inner {
         view
     }
 
-    /// Replaces the ownership of `key` by the `managedFields` a client wrote over `live`: an
-    /// entry left out is dropped, an `Apply` entry's fields become what its manager applied.
+    /// Replaces the ownership of `key` by the `managedFields` a client wrote over `live`, as
+    /// kube-apiserver's `decodeLiveOrNew` takes them: an empty list keeps the live entries, a
+    /// list of one empty entry resets them, and any other list replaces them: an `Apply`
+    /// entry's fields become what its manager applied, an `Update` entry is kept as written.
     pub(super) fn replace_managed_fields(
         &mut self,
         rt: &ResourceType,
@@ -437,8 +811,11 @@ impl Inner {
         live: &Value,
         entries: &[Value],
     ) {
+        if entries.is_empty() {
+            return;
+        }
         let mut applied = std::collections::HashMap::new();
-        let mut created = None;
+        let mut updated = Vec::new();
         for e in entries {
             let manager = e["manager"].as_str().unwrap_or_default().to_string();
             let status = e["subresource"].as_str() == Some("status");
@@ -447,19 +824,20 @@ impl Inner {
                 Some("Apply") => {
                     applied.insert((manager, status), project(live, &fields, rt.schema()));
                 }
-                Some("Update") if !status => {
-                    let was = self.created.get(key).map(|(m, _)| m.as_str());
-                    if was == Some(manager.as_str()) {
-                        created = Some((manager, fields));
-                    }
-                }
+                Some("Update") => updated.push(Updated {
+                    manager,
+                    status,
+                    fields,
+                    time: e["time"].as_str().map_or_else(meta::now, String::from),
+                }),
                 _ => {}
             }
         }
-        match created {
-            Some(c) => self.created.insert(key.clone(), c),
-            None => self.created.remove(key),
-        };
+        if updated.is_empty() {
+            self.updated.remove(key);
+        } else {
+            self.updated.insert(key.clone(), updated);
+        }
         if applied.is_empty() {
             self.applied.remove(key);
         } else {
@@ -482,18 +860,18 @@ mod tests {
             "status": {"phase": "x"},
         });
         assert_eq!(
-            fields_of(&config, Schema::CONFIG_MAP),
+            fields_in(&config, Schema::CONFIG_MAP, Part::Object),
             json!({"f:metadata": {"f:labels": {"f:a": {}}, "f:annotations": {}},
                    "f:data": {"f:x": {}}, "f:spec": {"f:ports": {}}})
         );
         // A Service's ports are a list-map: its field set names each port.
         assert_eq!(
-            fields_of(&config, Schema::SERVICE)["f:spec"],
+            fields_in(&config, Schema::SERVICE, Part::Object)["f:spec"],
             json!({"f:ports": {".": {}, r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}})
         );
         let finalizers = json!({"metadata": {"finalizers": ["a", "b"]}});
         assert_eq!(
-            fields_of(&finalizers, Schema::CONFIG_MAP),
+            fields_in(&finalizers, Schema::CONFIG_MAP, Part::Object),
             json!({"f:metadata": {"f:finalizers": {".": {}, r#"v:"a""#: {}, r#"v:"b""#: {}}}})
         );
     }
@@ -564,6 +942,78 @@ mod tests {
             ]
         );
         assert!(lost_paths(&fields, &fields).is_empty());
+    }
+
+    #[test]
+    fn a_status_part_names_the_status_alone_and_a_type_without_one_names_it_too() {
+        let obj = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": 1},
+                         "status": {"phase": "Ready"}});
+        assert_eq!(
+            fields_in(&obj, Schema::CONFIG_MAP, Part::Status),
+            json!({"f:status": {"f:phase": {}}})
+        );
+        assert_eq!(
+            fields_in(&obj, Schema::CONFIG_MAP, Part::Whole),
+            json!({"f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:x": {}},
+                   "f:status": {"f:phase": {}}})
+        );
+    }
+
+    #[test]
+    fn a_difference_keeps_what_only_the_first_set_names() {
+        let a = json!({"f:data": {"f:x": {}, "f:y": {}}, "f:metadata": {"f:labels": {"f:l": {}}},
+            "f:spec": {"f:ports": {".": {}, r#"k:{"port":80,"protocol":"TCP"}"#: {".": {},
+                "f:port": {}, "f:name": {}}}}});
+        let b = json!({"f:data": {"f:x": {}}, "f:metadata": {"f:labels": {"f:l": {}}},
+            "f:spec": {"f:ports": {r#"k:{"port":80,"protocol":"TCP"}"#: {"f:name": {}}}}});
+        assert_eq!(
+            difference(&a, &b),
+            json!({"f:data": {"f:y": {}}, "f:spec": {"f:ports": {".": {},
+                r#"k:{"port":80,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}})
+        );
+        assert_eq!(difference(&a, &a), json!({}));
+        // A leaf of one set is a node with parts in the other: the node itself is not named
+        // there, its parts are not named in the first.
+        assert_eq!(
+            difference(&json!({"f:labels": {}}), &json!({"f:labels": {"f:a": {}}})),
+            json!({"f:labels": {}})
+        );
+        assert_eq!(
+            difference(&json!({"f:labels": {"f:a": {}}}), &json!({"f:labels": {}})),
+            json!({"f:labels": {"f:a": {}}})
+        );
+    }
+
+    #[test]
+    fn a_comparison_finds_what_a_write_added_changed_and_removed() {
+        let old = json!({"metadata": {"name": "c", "resourceVersion": "1", "labels": {"l": "1"}},
+            "data": {"x": "1", "y": "1", "same": "s"},
+            "spec": {"ports": [{"port": 80, "name": "a"}, {"port": 81}]}});
+        let new = json!({"metadata": {"name": "c", "resourceVersion": "2", "labels": {"l": "1"}},
+            "data": {"x": "2", "z": "3", "same": "s"},
+            "spec": {"ports": [{"port": 80, "name": "b"}, {"port": 82}]}});
+        let (changed, removed) = compare(&old, &new, Schema::SERVICE, Part::Object);
+        assert_eq!(
+            changed,
+            json!({"f:data": {"f:x": {}, "f:z": {}}, "f:spec": {"f:ports": {
+                r#"k:{"port":80,"protocol":"TCP"}"#: {"f:name": {}},
+                r#"k:{"port":82,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}})
+        );
+        assert_eq!(
+            removed,
+            json!({"f:data": {"f:y": {}}, "f:spec": {"f:ports": {
+                r#"k:{"port":81,"protocol":"TCP"}"#: {".": {}, "f:port": {}}}}})
+        );
+        // The server's metadata and another part of the object are not the write's.
+        let status = json!({"metadata": {"resourceVersion": "3"}, "status": {"phase": "Ready"}});
+        let (changed, removed) = compare(&old, &status, Schema::SERVICE, Part::Status);
+        assert_eq!(
+            (changed, removed),
+            (json!({"f:status": {".": {}, "f:phase": {}}}), json!({})),
+            "the status the write added is named itself too"
+        );
+        let (changed, removed) = compare(&new, &new, Schema::SERVICE, Part::Object);
+        assert!(is_empty(&changed) && is_empty(&removed));
     }
 
     #[test]

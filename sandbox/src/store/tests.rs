@@ -349,3 +349,61 @@ fn the_generation_follows_the_spec_only() {
         .expect("a new spec field");
     assert_eq!(generation(&extra), Some(3));
 }
+
+#[test]
+fn a_status_apply_owns_the_status_and_a_controllers_write_takes_what_it_changes() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = inner
+        .resource("apps", "v1", "statefulsets")
+        .expect("statefulsets are served");
+    let sts = json!({"metadata": {"name": "s"}, "spec": {"serviceName": "s", "replicas": 1,
+        "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    inner
+        .create_by(&rt, Some("default"), sts, Some("op"))
+        .expect("create");
+    let body = json!({"metadata": {"name": "s"}, "status": {"replicas": 1, "readyReplicas": 1}});
+    let by = Manager::forced("st");
+    let applied = inner
+        .patch(&rt, Some("default"), "s", PatchType::Apply, &body, true, by)
+        .expect("a status apply");
+    let entries = applied["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let status = entries
+        .iter()
+        .find(|e| e["subresource"] == "status")
+        .expect("the status apply's entry");
+    assert_eq!(
+        status["fieldsV1"],
+        json!({"f:status": {"f:replicas": {}, "f:readyReplicas": {}}}),
+        "{status}"
+    );
+    // One of the sandbox's own controllers (no manager) changes readyReplicas: the apply's
+    // entry no longer names it, and no entry is added for the controller.
+    let mut live = inner.get(&rt, Some("default"), "s").expect("live");
+    live["status"]["readyReplicas"] = json!(0);
+    inner
+        .update(&rt, Some("default"), "s", live, true)
+        .expect("a status update");
+    let now = inner
+        .get_with_managed_fields(&rt, Some("default"), "s")
+        .expect("live");
+    let entries = now["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let status = entries
+        .iter()
+        .find(|e| e["subresource"] == "status")
+        .expect("the status apply's entry");
+    assert_eq!(
+        status["fieldsV1"],
+        json!({"f:status": {"f:replicas": {}}}),
+        "{status}"
+    );
+}

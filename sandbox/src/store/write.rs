@@ -24,6 +24,27 @@ fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
             .any(|(k, v)| b.get(k) != Some(v))
 }
 
+/// What a non-apply write (a PUT or a patch) leaves to record of its field ownership.
+struct NonApply<'a> {
+    /// Whether it wrote the status subresource.
+    status: bool,
+    /// Its field manager (`None`: one of the sandbox's own controllers).
+    manager: Option<&'a str>,
+    /// What it changed ([`Inner::draw_change`]).
+    change: Option<super::ownership::Change>,
+    /// The `managedFields` the client wrote, which replace the object's.
+    owners: Option<Vec<Value>>,
+}
+
+/// The `managedFields` a client's body writes, which replace the object's (a write of the status
+/// subresource cannot: the caller asks only for other writes).
+fn written_owners(body: &Value) -> Option<Vec<Value>> {
+    match body["metadata"].get("managedFields") {
+        Some(Value::Array(entries)) => Some(entries.clone()),
+        _ => None,
+    }
+}
+
 impl Inner {
     /// Create an object (POST).
     pub fn create(
@@ -146,15 +167,15 @@ impl Inner {
         let Some(manager) = manager.filter(|m| !m.is_empty() && !rt.is_event()) else {
             return self.create(rt, ns, obj);
         };
-        let fields = super::ownership::fields_of(&obj, rt.schema());
+        let body = obj.clone();
         let view = self.create(rt, ns, obj)?;
         let key = Inner::key(rt, ns, meta::name(&view));
-        self.created
-            .insert(key.clone(), (manager.to_string(), fields));
+        self.note_create(rt, &key, &body, manager);
         Ok(self.with_managed_fields(rt, &key, view))
     }
 
-    /// Replace an object (PUT), or its status when `status` is true.
+    /// Replace an object (PUT), or its status when `status` is true, as one of the sandbox's
+    /// own controllers, which owns no field.
     pub fn update(
         &mut self,
         rt: &ResourceType,
@@ -162,6 +183,20 @@ impl Inner {
         name: &str,
         obj: Value,
         status: bool,
+    ) -> Result<Value, ApiError> {
+        self.update_by(rt, ns, name, obj, status, None)
+    }
+
+    /// Replace an object (PUT), or its status when `status` is true, as the field manager
+    /// `manager`, whose `Update` entry then names what it set ([`ownership`](super::ownership)).
+    pub fn update_by(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        status: bool,
+        manager: Option<&str>,
     ) -> Result<Value, ApiError> {
         let obj = self.unview(rt, obj);
         if !obj.is_object() {
@@ -194,7 +229,37 @@ impl Inner {
             ));
         }
         self.check_rv(rt, &old, &obj)?;
-        self.commit(rt, key, &old, obj, status)
+        let owners = (!status).then(|| written_owners(&obj)).flatten();
+        let change = self.draw_change(rt, &key, &old, &obj, status, manager);
+        let written = self.commit(rt, key.clone(), &old, obj, status)?;
+        let write = NonApply {
+            status,
+            manager,
+            change,
+            owners,
+        };
+        Ok(self.note(rt, &key, &old, &written, write))
+    }
+
+    /// Records a non-apply write of `key` from `old` to `written` (its view): first the
+    /// `managedFields` the client wrote, then the write's change when the object changed.
+    /// Returns `written` with the object's `managedFields`, when it has any.
+    fn note(
+        &mut self,
+        rt: &ResourceType,
+        key: &ObjKey,
+        old: &Value,
+        written: &Value,
+        write: NonApply<'_>,
+    ) -> Value {
+        if let Some(entries) = &write.owners {
+            self.replace_managed_fields(rt, key, written, entries);
+        }
+        let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
+        if let Some(change) = write.change.filter(|_| rv(written) != rv(old)) {
+            self.note_change(rt, key, change, write.status, write.manager);
+        }
+        self.with_managed_fields(rt, key, written.clone())
     }
 
     /// Sets a pod's `spec.nodeName` as the binding subresource does: a write no client's
@@ -294,19 +359,17 @@ impl Inner {
         let candidate = patch::apply_patch(pt, &live, body)?;
         self.check_rv(rt, &live, &candidate)?;
         // A client that writes managedFields replaces the object's (`csaupgrade`'s patch).
-        let owners = match candidate["metadata"].get("managedFields") {
-            Some(Value::Array(entries)) => Some(entries.clone()),
-            _ => None,
-        };
+        let owners = (!status).then(|| written_owners(&candidate)).flatten();
         let candidate = self.unview(rt, candidate);
+        let change = self.draw_change(rt, &key, &old, &candidate, status, manager);
         let written = self.commit(rt, key.clone(), &old, candidate, status)?;
-        match owners {
-            Some(entries) => {
-                self.replace_managed_fields(rt, &key, &written, &entries);
-                Ok(self.with_managed_fields(rt, &key, written))
-            }
-            None => Ok(written),
-        }
+        let write = NonApply {
+            status,
+            manager,
+            change,
+            owners,
+        };
+        Ok(self.note(rt, &key, &old, &written, write))
     }
 
     /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
