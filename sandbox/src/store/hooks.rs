@@ -8,6 +8,7 @@ use crate::registry::{ResourceType, StorageKey};
 use crate::validation;
 use rand::Rng;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 /// Storage key of CRDs.
 pub fn crd_storage() -> StorageKey {
@@ -170,17 +171,28 @@ impl Inner {
     /// `obj` as kube-apiserver decodes a client's object: with the defaults of decoding (a
     /// built-in kind's, as [`spec_defaults`] has them; a custom resource's schema's, after its
     /// unknown fields are pruned) and nothing else the write adds (allocated addresses,
-    /// admission, the status a create starts with). A write's field manager compares this.
-    pub(super) fn decoded(&self, rt: &ResourceType, obj: &Value) -> Value {
-        let mut obj = obj.clone();
+    /// admission, the status a create starts with). A write's field manager compares this. Of a
+    /// write of a built-in's status, which no default of decoding touches, `obj` itself.
+    pub(super) fn decoded<'a>(
+        &self,
+        rt: &ResourceType,
+        obj: &'a Value,
+        status: bool,
+    ) -> Cow<'a, Value> {
         match self.crd_schema(rt) {
             Some(schema) => {
+                let mut obj = obj.clone();
                 validation::schema::prune(schema, &mut obj);
                 validation::schema::apply_defaults(schema, &mut obj);
+                Cow::Owned(obj)
             }
-            None => spec_defaults(rt, &mut obj),
+            None if !status && has_spec_defaults(rt) => {
+                let mut obj = obj.clone();
+                spec_defaults(rt, &mut obj);
+                Cow::Owned(obj)
+            }
+            None => Cow::Borrowed(obj),
         }
-        obj
     }
 
     /// The `openAPIV3Schema` of a custom resource's version, from its CRD.
@@ -217,6 +229,14 @@ impl Inner {
 
 /// Spec defaults the real API server fills in on create and again on update (so that an
 /// update that leaves them out does not change them).
+/// Whether [`spec_defaults`] fills in anything of `rt`'s objects.
+fn has_spec_defaults(rt: &ResourceType) -> bool {
+    matches!(
+        (rt.group.as_str(), rt.plural.as_str()),
+        ("", "pods" | "secrets" | "services") | ("apps", "statefulsets")
+    )
+}
+
 fn spec_defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => {

@@ -161,90 +161,220 @@ pub fn difference(a: &Value, b: &Value) -> Value {
 
 /// What a write of `new` over `old` did to `part` of the object, as structured-merge-diff's
 /// comparison finds it: the fields it added or whose values it changed, and the fields it
-/// removed, each as a field set. A map, struct or list the write added is named itself too
-/// (`.`), as in a real `Update` entry.
+/// removed, each as a field set. A map, struct or list the write added or removed is named
+/// itself too (`.`), as in a real `Update` entry. Both objects are walked side by side, and
+/// only what differs is built.
 pub fn compare(old: &Value, new: &Value, schema: Schema, part: Part) -> (Value, Value) {
-    /// The members of `after` (the field set of `new`) that `before` (of `old`) lacks, or whose
-    /// values differ; `path` is the field path of the node `new` and `old` are at.
-    fn changed<'a>(
-        after: &'a Map<String, Value>,
-        before: Option<&Value>,
-        new: Option<&Value>,
-        old: Option<&Value>,
+    let diff = Diff { schema, part };
+    let (changed, removed) = diff.objects(old.as_object(), new.as_object(), &mut Vec::new());
+    (Value::Object(changed), Value::Object(removed))
+}
+
+/// The side-by-side walk of [`compare`].
+struct Diff<'s> {
+    schema: Schema<'s>,
+    part: Part,
+}
+
+/// A value that is there: neither absent nor null.
+fn present(v: Option<&Value>) -> Option<&Value> {
+    v.filter(|v| !v.is_null())
+}
+
+impl Diff<'_> {
+    /// The fields of two maps (or the top level, or metadata, by `path`) that differ: what the
+    /// new one adds or changes, and what it removes.
+    fn objects<'a>(
+        &self,
+        old: Option<&'a Map<String, Value>>,
+        new: Option<&'a Map<String, Value>>,
         path: &mut Vec<&'a str>,
-        schema: Schema,
-    ) -> Map<String, Value> {
-        let mut out = Map::new();
-        for (k, sub) in after {
-            let theirs = before.and_then(|b| b.get(k));
-            if k == "." {
-                if theirs.is_none() {
-                    out.insert(k.clone(), json!({}));
-                }
+    ) -> (Map<String, Value>, Map<String, Value>) {
+        let top = path.is_empty();
+        let in_metadata = path.as_slice() == ["metadata"];
+        let skipped =
+            |k: &str| (top && self.part.skips(k)) || (in_metadata && SERVER_METADATA.contains(&k));
+        let (mut changed, mut removed) = (Map::new(), Map::new());
+        for (k, n) in new.into_iter().flatten() {
+            if skipped(k) || n.is_null() {
                 continue;
             }
-            let field = k.strip_prefix("f:");
-            let ty = match field {
-                Some(_) => ListType::Atomic,
-                None => schema.at(path),
-            };
-            let (n, o) = (child(new, k, ty), child(old, k, ty));
-            if let Some(name) = field {
-                path.push(name);
-            }
-            match sub.as_object() {
-                Some(m) if m.is_empty() => {
-                    let changed_leaf = !is_member(theirs) || n != o;
-                    if changed_leaf {
-                        out.insert(k.clone(), json!({}));
+            path.push(k);
+            let o = present(old.and_then(|o| o.get(k)));
+            let key = format!("f:{k}");
+            match o {
+                // Added: itself and all it holds (metadata is the server's).
+                None => {
+                    let mut set = self.whole(n, path);
+                    if top && k == "metadata" {
+                        if let Some(m) = set.as_object_mut() {
+                            m.remove(".");
+                        }
+                    }
+                    if !is_empty(&set) || !(top && k == "metadata") {
+                        changed.insert(key, set);
                     }
                 }
-                Some(m) => {
-                    let mut below = changed(m, theirs, n, o, path, schema);
-                    // A node the write added is itself a member of its set (the object's
-                    // metadata is the server's, as its own fields are).
-                    let added = theirs.is_none() && !(path.len() == 1 && k == "f:metadata");
-                    if added {
-                        below.insert(".".into(), json!({}));
+                Some(o) => {
+                    let (c, r) = self.values(o, n, path);
+                    if c.is_null() {
+                        changed.insert(key.clone(), json!({}));
+                    } else if !is_empty(&c) {
+                        changed.insert(key.clone(), c);
                     }
-                    if !below.is_empty() {
-                        out.insert(k.clone(), Value::Object(below));
+                    if !is_empty(&r) {
+                        removed.insert(key, r);
                     }
                 }
-                None => {}
             }
-            if field.is_some() {
-                path.pop();
-            }
+            path.pop();
         }
-        out
+        for (k, o) in old.into_iter().flatten() {
+            let gone = present(new.and_then(|n| n.get(k))).is_none();
+            if skipped(k) || o.is_null() || !gone {
+                continue;
+            }
+            path.push(k);
+            removed.insert(format!("f:{k}"), self.whole(o, path));
+            path.pop();
+        }
+        (changed, removed)
     }
-    /// The value the field-set key `k` names under `v`: a map key, or an item of the list `v`
-    /// (of type `ty`).
-    fn child<'v>(v: Option<&'v Value>, k: &str, ty: ListType) -> Option<&'v Value> {
-        match k.strip_prefix("f:") {
-            Some(name) => v?.get(name),
-            None => v?
-                .as_array()?
+
+    /// Two values of one field: a leaf changed (`{}`) or not (an empty set), or what differs
+    /// inside two maps or two associative lists.
+    fn values<'a>(
+        &self,
+        old: &'a Value,
+        new: &'a Value,
+        path: &mut Vec<&'a str>,
+    ) -> (Value, Value) {
+        let ty = self.schema.at(path);
+        let leaf = |v: &Value| match v {
+            Value::Object(_) => false,
+            Value::Array(_) => ty == ListType::Atomic,
+            _ => true,
+        };
+        match (old, new) {
+            // Two maps (or structs), empty ones too: the node stays, its fields differ.
+            (Value::Object(o), Value::Object(n)) => {
+                let (c, r) = self.objects(Some(o), Some(n), path);
+                (Value::Object(c), Value::Object(r))
+            }
+            (Value::Array(o), Value::Array(n)) if ty != ListType::Atomic => {
+                let (c, r) = self.lists(ty, o, n, path);
+                (Value::Object(c), Value::Object(r))
+            }
+            _ if leaf(old) && leaf(new) => {
+                // Two leaves: changed when their values differ. `Value::Null` marks "the leaf
+                // itself" to the caller, which names it `{}`.
+                if old == new {
+                    (json!({}), json!({}))
+                } else {
+                    (Value::Null, json!({}))
+                }
+            }
+            // A leaf became a node or the other way: the new value's fields are the write's,
+            // the old value's are gone.
+            _ => (self.whole(new, path), self.whole(old, path)),
+        }
+    }
+
+    /// Two associative lists (of type `ty`), item by item.
+    fn lists<'a>(
+        &self,
+        ty: ListType,
+        old: &'a [Value],
+        new: &'a [Value],
+        path: &mut Vec<&'a str>,
+    ) -> (Map<String, Value>, Map<String, Value>) {
+        let keyed = |items: &'a [Value]| -> Vec<(String, &'a Value)> {
+            items
                 .iter()
-                .find(|i| element(ty, i).as_deref() == Some(k)),
+                .filter_map(|i| Some((element(ty, i)?, i)))
+                .collect()
+        };
+        let (old, new) = (keyed(old), keyed(new));
+        let (mut changed, mut removed) = (Map::new(), Map::new());
+        for (name, n) in &new {
+            match old.iter().find(|(k, _)| k == name) {
+                None => {
+                    changed.insert(name.clone(), self.item(n, path));
+                }
+                Some((_, o)) => {
+                    if let (ListType::Map(_), Value::Object(om), Value::Object(nm)) = (ty, o, n) {
+                        let (c, r) = self.objects(Some(om), Some(nm), path);
+                        if !c.is_empty() {
+                            changed.insert(name.clone(), Value::Object(c));
+                        }
+                        if !r.is_empty() {
+                            removed.insert(name.clone(), Value::Object(r));
+                        }
+                    }
+                }
+            }
+        }
+        for (name, o) in &old {
+            if !new.iter().any(|(k, _)| k == name) {
+                removed.insert(name.clone(), self.item(o, path));
+            }
+        }
+        (changed, removed)
+    }
+
+    /// The field set of one item of an associative list: itself, and for an item of a
+    /// list-map, what it holds.
+    fn item<'a>(&self, item: &'a Value, path: &mut Vec<&'a str>) -> Value {
+        match item {
+            Value::Object(m) if !m.is_empty() => {
+                let mut set = self.whole(item, path);
+                if let Some(s) = set.as_object_mut() {
+                    s.insert(".".into(), json!({}));
+                }
+                set
+            }
+            _ => json!({}),
         }
     }
-    let before = fields_in(old, schema, part);
-    let after = fields_in(new, schema, part);
-    let removed = difference(&before, &after);
-    let added_or_changed = match after.as_object() {
-        Some(m) => Value::Object(changed(
-            m,
-            Some(&before),
-            Some(new),
-            Some(old),
-            &mut Vec::new(),
-            schema,
-        )),
-        None => json!({}),
-    };
-    (added_or_changed, removed)
+
+    /// The field set of a whole value: every node in it, itself included (`.`), down to its
+    /// leaves.
+    fn whole<'a>(&self, v: &'a Value, path: &mut Vec<&'a str>) -> Value {
+        let in_metadata = path.as_slice() == ["metadata"];
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                let mut out = Map::new();
+                out.insert(".".into(), json!({}));
+                for (k, sub) in m {
+                    if sub.is_null() || (in_metadata && SERVER_METADATA.contains(&k.as_str())) {
+                        continue;
+                    }
+                    path.push(k);
+                    out.insert(format!("f:{k}"), self.whole(sub, path));
+                    path.pop();
+                }
+                Value::Object(out)
+            }
+            Value::Array(items)
+                if !items.is_empty() && self.schema.at(path) != ListType::Atomic =>
+            {
+                let ty = self.schema.at(path);
+                let mut out = Map::new();
+                out.insert(".".into(), json!({}));
+                for i in items {
+                    if let Some(name) = element(ty, i) {
+                        let set = match ty {
+                            ListType::Map(_) => self.item(i, path),
+                            _ => json!({}),
+                        };
+                        out.insert(name, set);
+                    }
+                }
+                Value::Object(out)
+            }
+            _ => json!({}),
+        }
+    }
 }
 
 /// The object a create is compared with, as kube-apiserver's field manager compares it: the
@@ -557,7 +687,7 @@ impl Inner {
         obj: &Value,
         manager: &str,
     ) {
-        let obj = self.decoded(rt, obj);
+        let obj = self.decoded(rt, obj, false);
         let (fields, _) = compare(&zero_object(rt), &obj, rt.schema(), Part::of(rt, false));
         if is_empty(&fields) {
             return;
@@ -593,13 +723,23 @@ impl Inner {
         status: bool,
         manager: Option<&str>,
     ) -> Option<Change> {
-        let owned = self.applied.contains_key(key) || self.updated.contains_key(key);
-        if (manager.is_none() && !owned) || rt.is_event() {
+        if rt.is_event() || (manager.is_none() && !self.owns_part(key, status)) {
             return None;
         }
-        let candidate = self.decoded(rt, candidate);
+        let candidate = self.decoded(rt, candidate, status);
         let (changed, removed) = compare(old, &candidate, rt.schema(), Part::of(rt, status));
         Some(Change { changed, removed })
+    }
+
+    /// Whether an entry of `key` owns fields of the status (`status`) or of the rest: what a
+    /// write by no manager could take from.
+    fn owns_part(&self, key: &ObjKey, status: bool) -> bool {
+        let applies = self.applied.get(key).into_iter().flatten();
+        let updates = self.updated.get(key).into_iter().flatten();
+        applies
+            .map(|(a, _)| a.1)
+            .chain(updates.map(|u| u.status))
+            .any(|s| s == status)
     }
 
     /// Records a non-apply write of `key` (or of its status, when `status`) that made `change`,
@@ -1014,6 +1154,29 @@ mod tests {
         );
         let (changed, removed) = compare(&new, &new, Schema::SERVICE, Part::Object);
         assert!(is_empty(&changed) && is_empty(&removed));
+    }
+
+    #[test]
+    fn a_map_a_write_adds_or_removes_is_named_itself_and_a_struct_of_the_zero_object_is_not() {
+        let old = json!({"metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}});
+        let new = json!({"metadata": {"name": "c", "annotations": {"b": "2"}}});
+        let (changed, removed) = compare(&old, &new, Schema::CONFIG_MAP, Part::Whole);
+        assert_eq!(
+            changed,
+            json!({"f:metadata": {"f:annotations": {".": {}, "f:b": {}}}})
+        );
+        assert_eq!(
+            removed,
+            json!({"f:data": {".": {}, "f:x": {}}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}})
+        );
+        // A pod's spec exists in the zero Pod, its nodeSelector does not.
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeSelector": {"k": "v"}}});
+        let zero = json!({"spec": {}, "status": {}});
+        let (created, _) = compare(&zero, &pod, Schema::CONFIG_MAP, Part::Object);
+        assert_eq!(
+            created,
+            json!({"f:spec": {"f:nodeSelector": {".": {}, "f:k": {}}}})
+        );
     }
 
     #[test]

@@ -238,7 +238,7 @@ impl Inner {
             change,
             owners,
         };
-        Ok(self.note(rt, &key, &old, &written, write))
+        Ok(self.note(rt, &key, &old, written, write))
     }
 
     /// Records a non-apply write of `key` from `old` to `written` (its view): first the
@@ -249,17 +249,17 @@ impl Inner {
         rt: &ResourceType,
         key: &ObjKey,
         old: &Value,
-        written: &Value,
+        written: Value,
         write: NonApply<'_>,
     ) -> Value {
         if let Some(entries) = &write.owners {
-            self.replace_managed_fields(rt, key, written, entries);
+            self.replace_managed_fields(rt, key, &written, entries);
         }
         let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
-        if let Some(change) = write.change.filter(|_| rv(written) != rv(old)) {
+        if let Some(change) = write.change.filter(|_| rv(&written) != rv(old)) {
             self.note_change(rt, key, change, write.status, write.manager);
         }
-        self.with_managed_fields(rt, key, written.clone())
+        self.with_managed_fields(rt, key, written)
     }
 
     /// Sets a pod's `spec.nodeName` as the binding subresource does: a write no client's
@@ -369,7 +369,7 @@ impl Inner {
             change,
             owners,
         };
-        Ok(self.note(rt, &key, &old, &written, write))
+        Ok(self.note(rt, &key, &old, written, write))
     }
 
     /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
