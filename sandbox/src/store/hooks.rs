@@ -227,8 +227,6 @@ impl Inner {
     }
 }
 
-/// Spec defaults the real API server fills in on create and again on update (so that an
-/// update that leaves them out does not change them).
 /// Whether [`spec_defaults`] fills in anything of `rt`'s objects.
 fn has_spec_defaults(rt: &ResourceType) -> bool {
     matches!(
@@ -237,6 +235,8 @@ fn has_spec_defaults(rt: &ResourceType) -> bool {
     )
 }
 
+/// Spec defaults the real API server fills in on create and again on update (so that an
+/// update that leaves them out does not change them).
 fn spec_defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => {
@@ -325,6 +325,16 @@ fn crd_status(obj: &mut Value, old: Option<&Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kinds_with_decoding_defaults_are_those_spec_defaults_fills_in() {
+        for rt in crate::registry::Registry::default().all() {
+            let mut obj = json!({"metadata": {"name": "x"}});
+            spec_defaults(rt, &mut obj);
+            let filled = obj != json!({"metadata": {"name": "x"}});
+            assert_eq!(has_spec_defaults(rt), filled, "{}", rt.plural);
+        }
+    }
 
     #[test]
     fn secret_string_data_is_folded_into_data() {

@@ -206,12 +206,13 @@ impl Diff<'_> {
                 // Added: itself and all it holds (metadata is the server's).
                 None => {
                     let mut set = self.whole(n, path);
-                    if top && k == "metadata" {
+                    let metadata = top && k == "metadata";
+                    if metadata {
                         if let Some(m) = set.as_object_mut() {
                             m.remove(".");
                         }
                     }
-                    if !is_empty(&set) || !(top && k == "metadata") {
+                    if !(metadata && is_empty(&set)) {
                         changed.insert(key, set);
                     }
                 }
