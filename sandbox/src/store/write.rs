@@ -24,18 +24,6 @@ fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
             .any(|(k, v)| b.get(k) != Some(v))
 }
 
-/// What a non-apply write (a PUT or a patch) leaves to record of its field ownership.
-struct NonApply<'a> {
-    /// Whether it wrote the status subresource.
-    status: bool,
-    /// Its field manager (`None`: one of the sandbox's own controllers).
-    manager: Option<&'a str>,
-    /// What it changed ([`Inner::draw_change`]).
-    change: Option<super::ownership::Change>,
-    /// The `managedFields` the client wrote, which replace the object's.
-    owners: Option<Vec<Value>>,
-}
-
 /// The `managedFields` a client's body writes, which replace the object's (a write of the status
 /// subresource cannot: the caller asks only for other writes).
 fn written_owners(body: &Value) -> Option<Vec<Value>> {
@@ -229,37 +217,35 @@ impl Inner {
             ));
         }
         self.check_rv(rt, &old, &obj)?;
-        let owners = (!status).then(|| written_owners(&obj)).flatten();
-        let change = self.draw_change(rt, &key, &old, &obj, status, manager);
-        let written = self.commit(rt, key.clone(), &old, obj, status)?;
-        let write = NonApply {
-            status,
-            manager,
-            change,
-            owners,
-        };
-        Ok(self.note(rt, &key, &old, written, write))
+        self.write_by(rt, key, &old, obj, status, manager)
     }
 
-    /// Records a non-apply write of `key` from `old` to `written` (its view): first the
-    /// `managedFields` the client wrote, then the write's change when the object changed.
-    /// Returns `written` with the object's `managedFields`, when it has any.
-    fn note(
+    /// Writes `candidate` (a PUT's body, or a patch applied) over `old` as the field manager
+    /// `manager`, and records its ownership: the `managedFields` the client wrote replace the
+    /// object's, then the write takes what it changed ([`ownership`](super::ownership)), when
+    /// the object changed. Returns the stored view with the object's `managedFields`, when it
+    /// has any.
+    fn write_by(
         &mut self,
         rt: &ResourceType,
-        key: &ObjKey,
+        key: ObjKey,
         old: &Value,
-        written: Value,
-        write: NonApply<'_>,
-    ) -> Value {
-        if let Some(entries) = &write.owners {
-            self.replace_managed_fields(rt, key, &written, entries);
+        candidate: Value,
+        status: bool,
+        manager: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        // A client that writes managedFields replaces the object's (`csaupgrade`'s patch).
+        let owners = (!status).then(|| written_owners(&candidate)).flatten();
+        let change = self.draw_change(rt, &key, old, &candidate, status, manager);
+        let written = self.commit(rt, key.clone(), old, candidate, status)?;
+        if let Some(entries) = &owners {
+            self.replace_managed_fields(rt, &key, &written, entries);
         }
         let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
-        if let Some(change) = write.change.filter(|_| rv(&written) != rv(old)) {
-            self.note_change(rt, key, change, write.status, write.manager);
+        if let Some(change) = change.filter(|_| rv(&written) != rv(old)) {
+            self.note_change(rt, &key, change, status, manager);
         }
-        self.with_managed_fields(rt, key, written)
+        Ok(self.with_managed_fields(rt, &key, written))
     }
 
     /// Sets a pod's `spec.nodeName` as the binding subresource does: a write no client's
@@ -358,18 +344,8 @@ impl Inner {
         let live = self.view_ref(rt, &old);
         let candidate = patch::apply_patch(pt, &live, body)?;
         self.check_rv(rt, &live, &candidate)?;
-        // A client that writes managedFields replaces the object's (`csaupgrade`'s patch).
-        let owners = (!status).then(|| written_owners(&candidate)).flatten();
         let candidate = self.unview(rt, candidate);
-        let change = self.draw_change(rt, &key, &old, &candidate, status, manager);
-        let written = self.commit(rt, key.clone(), &old, candidate, status)?;
-        let write = NonApply {
-            status,
-            manager,
-            change,
-            owners,
-        };
-        Ok(self.note(rt, &key, &old, written, write))
+        self.write_by(rt, key, &old, candidate, status, manager)
     }
 
     /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
