@@ -12,12 +12,15 @@
 //! manager refuses it.
 //! A GET shows them too; lists and watches do not. Field sets name map keys (`f:NAME`) and the
 //! items of associative lists (`k:{...}`, `v:...`, [`crate::lists`]); other lists are one field.
-//! Not modelled: field sets of what defaulting filled in (the sandbox records the fields a
-//! create's body set); the `.` a real `Update` entry gives a map or struct that the write
-//! added (its leaves are named, which is what ownership turns on); the cap of ten `Update`
-//! entries (`ancient-changes`); the ownership of Events and of the writes of the sandbox's own
-//! controllers (a real kube-controller-manager's `Update` entries), whose changes are still
-//! taken from the other entries.
+//! A write's fields are those of the client's object as decoded ([`Inner::decoded`]: the
+//! defaults of decoding are the writer's), and a map, struct or list it added is named itself
+//! too (`.`; a create is compared with the kind's [`zero_object`]).
+//! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
+//! built-in kind's, and a custom resource's schema's); the cap of ten `Update` entries
+//! (`ancient-changes`); an `Apply` entry's time (it shows the time of the answer, not of the
+//! apply); the ownership of Events and of the writes of the sandbox's own controllers (a
+//! real kube-controller-manager's `Update` entries), whose changes are still taken from the
+//! other entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
