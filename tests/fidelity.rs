@@ -786,6 +786,54 @@ async fn every_write_records_its_manager_and_takes_what_it_changes(ground: Groun
     assert_eq!(owners(&cleared), [], "{cleared}");
 }
 
+/// An object keeps at most ten `Update` entries: beyond them, the oldest are merged into one
+/// entry named `ancient-changes`, which later ones join.
+async fn beyond_ten_update_entries_the_oldest_merge_into_ancient_changes(ground: Ground) {
+    let env = env_on!(ground, "fid-ancient", false);
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "many", "labels": {"l00": "x"}}});
+    ok(&post(&env, &format!("{CMS}?fieldManager=m00"), body).await);
+    let env = &env;
+    let label = |i: usize| async move {
+        let path = format!("{CMS}/many?fieldManager=m{i:02}");
+        let patch = json!({"metadata": {"labels": {format!("l{i:02}"): "x"}}});
+        ok(&merge(env, &path, patch).await).clone()
+    };
+    for i in 1..10 {
+        label(i).await;
+    }
+    let ten = owners(&label(10).await);
+    let updater_of = |i: usize| {
+        let l = format!(".metadata.labels.l{i:02}");
+        updater(&format!("m{i:02}"), "", &[l.as_str()])
+    };
+    let mut expected = vec![updater(
+        "ancient-changes",
+        "",
+        &[
+            ".metadata.labels",
+            ".metadata.labels.l00",
+            ".metadata.labels.l01",
+        ],
+    )];
+    expected.extend((2..=10).map(updater_of));
+    assert_eq!(ten, expected, "m00's and m01's entries merged");
+    let eleven = owners(&label(11).await);
+    expected[0] = updater(
+        "ancient-changes",
+        "",
+        &[
+            ".metadata.labels",
+            ".metadata.labels.l00",
+            ".metadata.labels.l01",
+            ".metadata.labels.l02",
+        ],
+    );
+    expected.remove(1);
+    expected.push(updater_of(11));
+    assert_eq!(eleven, expected, "m02's entry joined them");
+}
+
 /// A forced apply that changes a field another entry owns takes it: the create's entry stops
 /// naming it, so the next apply that drops it removes it.
 async fn a_forced_apply_takes_the_fields_it_changes(ground: Ground) {
@@ -1143,6 +1191,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    beyond_ten_update_entries_the_oldest_merge_into_ancient_changes,
     every_write_records_its_manager_and_takes_what_it_changes,
     a_lists_options_are_checked,
     a_deletes_options_are_checked_before_the_delete,

@@ -15,10 +15,10 @@
 //! A write's fields are those of the client's object as decoded ([`Inner::decoded`]: the
 //! defaults of decoding are the writer's), and a map, struct or list it added is named itself
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
+//! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
-//! built-in kind's, and a custom resource's schema's); the cap of ten `Update` entries
-//! (`ancient-changes`); an `Apply` entry's time (it shows the time of the answer, not of the
-//! apply); the ownership of Events and of the writes of the sandbox's own controllers (a
+//! built-in kind's, and a custom resource's schema's); an `Apply` entry's time (it shows the
+//! time of the answer, not of the apply); the ownership of Events and of the writes of the sandbox's own controllers (a
 //! real kube-controller-manager's `Update` entries), whose changes are still taken from the
 //! other entries.
 
@@ -628,6 +628,51 @@ fn entry(
     e
 }
 
+/// The most `Update` entries an object keeps (kube-apiserver's `DefaultMaxUpdateManagers`).
+const MAX_UPDATE_ENTRIES: usize = 10;
+
+/// The manager into which the oldest `Update` entries beyond [`MAX_UPDATE_ENTRIES`] are merged.
+const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Keeps at most [`MAX_UPDATE_ENTRIES`] entries, as kube-apiserver's `capManagersManager` does:
+/// the oldest (by time, then by manager) are merged into one `ancient-changes` entry of the
+/// object itself (the one it has, if any), which takes the time of the last one merged.
+fn cap_updates(updated: &mut Vec<Updated>) {
+    if updated.len() <= MAX_UPDATE_ENTRIES {
+        return;
+    }
+    let is_bucket = |u: &Updated| u.manager == ANCIENT_CHANGES && !u.status;
+    let mut bucket = updated
+        .iter()
+        .position(is_bucket)
+        .map(|i| updated.remove(i));
+    updated.sort_by(|a, b| (&a.time, &a.manager, a.status).cmp(&(&b.time, &b.manager, b.status)));
+    let mut left = updated.len() + usize::from(bucket.is_some());
+    let mut oldest = std::mem::take(updated).into_iter();
+    while left > MAX_UPDATE_ENTRIES {
+        let Some(u) = oldest.next() else {
+            break;
+        };
+        match &mut bucket {
+            Some(b) => {
+                b.fields = merged(&b.fields, &u.fields);
+                b.time = u.time;
+            }
+            None => {
+                bucket = Some(Updated {
+                    manager: ANCIENT_CHANGES.into(),
+                    status: false,
+                    ..u
+                });
+                left += 1;
+            }
+        }
+        left -= 1;
+    }
+    updated.extend(bucket);
+    updated.extend(oldest);
+}
+
 /// The fields an applier (a manager, and whether it applies to the status) owns by its
 /// configuration.
 fn applied_fields(rt: &ResourceType, applier: &(String, bool), config: &Value) -> Value {
@@ -801,6 +846,7 @@ impl Inner {
                     time,
                 }),
             }
+            cap_updates(updated);
         }
         if self.updated.get(key).is_some_and(Vec::is_empty) {
             self.updated.remove(key);
@@ -1180,6 +1226,50 @@ mod tests {
         assert_eq!(
             created,
             json!({"f:spec": {"f:nodeSelector": {".": {}, "f:k": {}}}})
+        );
+    }
+
+    #[test]
+    fn beyond_ten_update_entries_the_oldest_merge_into_ancient_changes() {
+        let entry = |i: usize| Updated {
+            manager: format!("m{i:02}"),
+            status: false,
+            fields: json!({"f:metadata": {"f:labels": {format!("f:l{i:02}"): {}}}}),
+            time: format!("2026-12-06T16:00:{i:02}Z"),
+        };
+        let mut updated: Vec<Updated> = (0..11).rev().map(entry).collect();
+        cap_updates(&mut updated);
+        let managers: Vec<&str> = updated.iter().map(|u| u.manager.as_str()).collect();
+        assert_eq!(
+            managers,
+            [
+                "ancient-changes",
+                "m02",
+                "m03",
+                "m04",
+                "m05",
+                "m06",
+                "m07",
+                "m08",
+                "m09",
+                "m10"
+            ]
+        );
+        assert_eq!(
+            (&updated[0].fields, updated[0].time.as_str()),
+            (
+                &json!({"f:metadata": {"f:labels": {"f:l00": {}, "f:l01": {}}}}),
+                "2026-12-06T16:00:01Z"
+            )
+        );
+        // The next one beyond ten goes into the same bucket.
+        updated.push(entry(11));
+        cap_updates(&mut updated);
+        assert_eq!(updated.len(), 10);
+        assert_eq!(updated[0].manager, "ancient-changes");
+        assert_eq!(
+            updated[0].fields,
+            json!({"f:metadata": {"f:labels": {"f:l00": {}, "f:l01": {}, "f:l02": {}}}})
         );
     }
 
