@@ -599,6 +599,14 @@ pub struct Updated {
     pub time: String,
 }
 
+impl Updated {
+    /// The order of `Update` entries, oldest first, as kube-apiserver sorts them (in
+    /// `managedFields`, and to pick the ones to merge beyond ten): by time, then by manager.
+    fn age(&self) -> (&str, &str, bool) {
+        (&self.time, &self.manager, self.status)
+    }
+}
+
 /// What a non-apply write did to its part of an object ([`compare`]).
 #[derive(Debug)]
 pub struct Change {
@@ -646,7 +654,7 @@ fn cap_updates(updated: &mut Vec<Updated>) {
         .iter()
         .position(is_bucket)
         .map(|i| updated.remove(i));
-    updated.sort_by(|a, b| (&a.time, &a.manager, a.status).cmp(&(&b.time, &b.manager, b.status)));
+    updated.sort_by(|a, b| a.age().cmp(&b.age()));
     let mut left = updated.len() + usize::from(bucket.is_some());
     let mut oldest = std::mem::take(updated).into_iter();
     while left > MAX_UPDATE_ENTRIES {
@@ -709,9 +717,7 @@ impl Inner {
         }
         if let Some(updated) = self.updated.get(key) {
             let mut updated: Vec<_> = updated.iter().collect();
-            updated.sort_by(|a, b| {
-                (&a.time, &a.manager, a.status).cmp(&(&b.time, &b.manager, b.status))
-            });
+            updated.sort_by(|a, b| a.age().cmp(&b.age()));
             for u in updated {
                 entries.push(entry(
                     rt,
