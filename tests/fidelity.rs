@@ -786,6 +786,159 @@ async fn every_write_records_its_manager_and_takes_what_it_changes(ground: Groun
     assert_eq!(owners(&cleared), [], "{cleared}");
 }
 
+/// The `managedFields` of each entry of an answer: (manager, operation, time), in order.
+fn entry_times(o: &Value) -> Vec<(String, String, Option<String>)> {
+    o["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (
+                s("manager"),
+                s("operation"),
+                e["time"].as_str().map(String::from),
+            )
+        })
+        .collect()
+}
+
+/// An object's `managedFields` are part of it: a list's items and a watch's events carry them
+/// as a GET does, and a write that changes only them is a write. An apply of values the object
+/// already holds, by a manager new to it, writes its `Apply` entry without a time; an apply
+/// that changes nothing writes nothing and keeps its entry's time. `Apply` entries come first,
+/// by time (none first), then by manager. The sandbox showed them in GETs and write answers
+/// alone, dropped such an apply (the object unchanged, its entry unseen) and gave every `Apply`
+/// entry the time of the answer.
+async fn managed_fields_are_part_of_the_object(ground: Ground) {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+    let env = env_on!(ground, "fid-stamped", false);
+    let rv = |o: &Value| {
+        o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let created = ok(&post(
+        &env,
+        &format!("{CMS}?fieldManager=maker"),
+        labelled("s", json!({"a": "1"})),
+    )
+    .await)
+    .clone();
+    let apply = |manager: &'static str, labels: Value| {
+        let env = &env;
+        async move {
+            let path = format!("{CMS}/s?fieldManager={manager}");
+            let body = labelled("s", labels);
+            ok(&call(env, "PATCH", &path, &body, "application/apply-patch+yaml").await).clone()
+        }
+    };
+    let taken = apply("applier", json!({"a": "1"})).await;
+    assert_ne!(
+        rv(&taken),
+        rv(&created),
+        "a write of managedFields alone is a write"
+    );
+    assert_eq!(
+        entry_times(&taken)[0],
+        ("applier".to_string(), "Apply".to_string(), None),
+        "an apply that changed nothing has no time: {taken}"
+    );
+    let changed = apply("applier", json!({"a": "1", "b": "2"})).await;
+    let time = entry_times(&changed)[0].2.clone();
+    assert!(
+        time.is_some(),
+        "an apply that changed the object has its time: {changed}"
+    );
+    // A second passes: an entry given the time of the answer would show it.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = apply("applier", json!({"a": "1", "b": "2"})).await;
+    assert_eq!(
+        rv(&again),
+        rv(&changed),
+        "the same apply again writes nothing"
+    );
+    assert_eq!(
+        entry_times(&again),
+        entry_times(&changed),
+        "and keeps the entry's time"
+    );
+    let other = apply("other", json!({"a": "1"})).await;
+    let order: Vec<(String, String)> = entry_times(&other)
+        .into_iter()
+        .map(|(m, o, _)| (m, o))
+        .collect();
+    let pair = |m: &str, o: &str| (m.to_string(), o.to_string());
+    assert_eq!(
+        order,
+        [
+            pair("other", "Apply"),
+            pair("applier", "Apply"),
+            pair("maker", "Update")
+        ],
+        "Apply entries first, without a time first: {other}"
+    );
+
+    let got = ok(&get(&env, &format!("{CMS}/s")).await).clone();
+    assert_eq!(
+        got["metadata"]["managedFields"],
+        other["metadata"]["managedFields"]
+    );
+    let listed = ok(&get(&env, CMS).await).clone();
+    let item = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["metadata"]["name"] == "s")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        item["metadata"]["managedFields"], got["metadata"]["managedFields"],
+        "a list's item carries them: {listed}"
+    );
+    let config_maps: kube::Api<ConfigMap> = env.api();
+    let page = config_maps
+        .list(&ListParams::default())
+        .await
+        .expect("a list");
+    let typed = page
+        .items
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("s"));
+    assert_eq!(
+        typed
+            .and_then(|c| c.metadata.managed_fields.as_ref())
+            .map(Vec::len),
+        Some(3),
+        "{page:?}"
+    );
+    let events: Vec<WatchEvent<ConfigMap>> = config_maps
+        .watch(&WatchParams::default().timeout(1), &rv(&created))
+        .await
+        .expect("a watch")
+        .try_collect()
+        .await
+        .expect("its events");
+    let seen: Vec<(String, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            WatchEvent::Modified(c) => Some((
+                c.metadata.resource_version.clone().unwrap_or_default(),
+                c.metadata.managed_fields.as_ref().map_or(0, Vec::len),
+            )),
+            _ => None,
+        })
+        .collect();
+    let expected = [(rv(&taken), 2), (rv(&changed), 2), (rv(&other), 3)];
+    assert_eq!(
+        seen, expected,
+        "each event carries the entries of its version"
+    );
+}
+
 /// An object keeps at most ten `Update` entries: beyond them, the oldest are merged into one
 /// entry named `ancient-changes`, which later ones join.
 async fn beyond_ten_update_entries_the_oldest_merge_into_ancient_changes(ground: Ground) {
@@ -1191,6 +1344,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    managed_fields_are_part_of_the_object,
     beyond_ten_update_entries_the_oldest_merge_into_ancient_changes,
     every_write_records_its_manager_and_takes_what_it_changes,
     a_lists_options_are_checked,

@@ -443,7 +443,7 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         }
         (&Method::GET, Some(n)) => {
             let inner = store.lock();
-            let obj = inner.get_with_managed_fields(&rt, ns, n)?;
+            let obj = inner.get(&rt, ns, n)?;
             if r.wants_table() {
                 let inc = Include::parse(r.query.get("includeObject").map(String::as_str));
                 return Ok(json_response(

@@ -120,7 +120,7 @@ pub struct Inner {
     /// The recent changes of each resource type.
     histories: history::Histories,
     /// The last apply of each (field manager, status subresource) per object.
-    applied: HashMap<ObjKey, HashMap<(String, bool), Value>>,
+    applied: HashMap<ObjKey, HashMap<(String, bool), ownership::Applied>>,
     /// The `Update` entries of each object's `managedFields` ([`ownership`]).
     updated: HashMap<ObjKey, Vec<ownership::Updated>>,
     /// Whether writes are validated like a client's (off for a scheduler's binding).

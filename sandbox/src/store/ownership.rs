@@ -1,7 +1,9 @@
 //! Field ownership as a real API server shows it in `managedFields`: each field manager's last
 //! apply (an `Apply` entry, per subresource) and what its other writes set (an `Update` entry,
-//! per subresource: a create, an update, a non-apply patch). A write's response carries them; a
-//! write that sets `metadata.managedFields` replaces them first, as client-go's `csaupgrade`
+//! per subresource: a create, an update, a non-apply patch). They are part of the stored object
+//! ([`Inner::stamp`]), so a write's answer, a GET, a list's items and a watch's events all carry
+//! them, and a write that changes them alone is a write. A write that sets
+//! `metadata.managedFields` to other entries replaces them first, as client-go's `csaupgrade`
 //! does to move a create's fields into an apply's, so that the next apply removes what it no
 //! longer sets. A non-apply write takes every field it adds, changes or removes from every
 //! other entry, and its manager's `Update` entry gains what it added or changed
@@ -9,18 +11,18 @@
 //! `fieldManager`, or the User-Agent up to its first `/`. An apply removes nothing another entry
 //! owns. One with `force` takes from the other entries the fields it changes; one without is
 //! refused with a conflict per such field ([`Inner::conflicts`]), as kube-apiserver's field
-//! manager refuses it.
-//! A GET shows them too; lists and watches do not. Field sets name map keys (`f:NAME`) and the
-//! items of associative lists (`k:{...}`, `v:...`, [`crate::lists`]); other lists are one field.
+//! manager refuses it. An `Apply` entry's time is that of the last apply that changed the
+//! object; an entry whose applies never did has none.
+//! Field sets name map keys (`f:NAME`) and the items of associative lists (`k:{...}`, `v:...`,
+//! [`crate::lists`]); other lists are one field.
 //! A write's fields are those of the client's object as decoded ([`Inner::decoded`]: the
 //! defaults of decoding are the writer's), and a map, struct or list it added is named itself
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
 //! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
-//! built-in kind's, and a custom resource's schema's); an `Apply` entry's time (it shows the
-//! time of the answer, not of the apply); the ownership of Events and of the writes of the sandbox's own controllers (a
-//! real kube-controller-manager's `Update` entries), whose changes are still taken from the
-//! other entries.
+//! built-in kind's, and a custom resource's schema's); the ownership of Events and of the writes
+//! of the sandbox's own controllers (a real kube-controller-manager's `Update` entries), whose
+//! changes are still taken from the other entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
@@ -587,6 +589,18 @@ pub fn union(a: &Value, b: &Value) -> Value {
 
 /// One `Update` entry of an object's `managedFields`: what a manager's non-apply writes to the
 /// object, or to its status, set and still own.
+/// A field manager's last apply to an object (to its status, or to the rest): what it applied,
+/// and when an apply of it last changed the object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The configuration it applied, less what other writes have taken from it since.
+    pub config: Value,
+    /// When an apply last changed the object (RFC 3339, seconds): none when no apply of this
+    /// manager has, as a real server leaves the time out of an entry whose first apply only
+    /// took over fields that already held its values.
+    pub time: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Updated {
     /// The field manager.
@@ -620,16 +634,18 @@ fn entry(
     operation: &str,
     status: bool,
     fields: Value,
-    time: String,
+    time: Option<&str>,
 ) -> Value {
     let mut e = json!({
         "manager": manager,
         "operation": operation,
         "apiVersion": rt.api_version(),
-        "time": time,
-        "fieldsType": "FieldsV1",
-        "fieldsV1": fields,
     });
+    if let Some(time) = time {
+        e["time"] = json!(time);
+    }
+    e["fieldsType"] = json!("FieldsV1");
+    e["fieldsV1"] = fields;
     if status {
         e["subresource"] = json!("status");
     }
@@ -697,21 +713,26 @@ fn merged(a: &Value, b: &Value) -> Value {
 }
 
 impl Inner {
-    /// The object's `managedFields`, as a real server shows them in a write's response:
-    /// `Apply` entries first, then `Update` entries by time, manager and subresource.
+    /// The object's `managedFields`, in kube-apiserver's order: `Apply` entries, then `Update`
+    /// entries, each by time (an entry without one first), manager and subresource.
     pub(super) fn managed_fields(&self, rt: &ResourceType, key: &ObjKey) -> Vec<Value> {
         let mut entries = Vec::new();
         if let Some(applied) = self.applied.get(key) {
             let mut managers: Vec<_> = applied.iter().collect();
-            managers.sort_by(|a, b| a.0.cmp(b.0));
-            for (applier, config) in managers {
+            managers.sort_by(|(a, x), (b, y)| {
+                let age = |(manager, status): &(String, bool), time: &Option<String>| {
+                    (time.clone().unwrap_or_default(), manager.clone(), *status)
+                };
+                age(a, &x.time).cmp(&age(b, &y.time))
+            });
+            for (applier, a) in managers {
                 entries.push(entry(
                     rt,
                     &applier.0,
                     "Apply",
                     applier.1,
-                    applied_fields(rt, applier, config),
-                    meta::now(),
+                    applied_fields(rt, applier, &a.config),
+                    a.time.as_deref(),
                 ));
             }
         }
@@ -725,33 +746,44 @@ impl Inner {
                     "Update",
                     u.status,
                     u.fields.clone(),
-                    u.time.clone(),
+                    Some(&u.time),
                 ));
             }
         }
         entries
     }
 
-    /// Records a create of `key` by `manager`: its `Update` entry names the fields `obj` (the
-    /// body, as decoded: [`Inner::decoded`]) set, compared with the kind's [`zero_object`], at
-    /// the object's creation time.
+    /// Sets `obj`'s `managedFields` to what the ownership of `key` now is (none: no key), as
+    /// a write stores them: lists, watches and GETs then show them with the object.
+    pub(super) fn stamp(&self, rt: &ResourceType, key: &ObjKey, obj: &mut Value) {
+        if !obj.is_object() {
+            return;
+        }
+        let entries = self.managed_fields(rt, key);
+        let md = meta::meta_mut(obj);
+        if entries.is_empty() {
+            md.remove("managedFields");
+        } else {
+            md.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+
+    /// Records a create of `key` by `manager` at `time`: its `Update` entry names the fields
+    /// `obj` (the body, as decoded: [`Inner::decoded`]) set, compared with the kind's
+    /// [`zero_object`].
     pub(super) fn note_create(
         &mut self,
         rt: &ResourceType,
         key: &ObjKey,
         obj: &Value,
         manager: &str,
+        time: String,
     ) {
         let obj = self.decoded(rt, obj, false);
         let (fields, _) = compare(&zero_object(rt), &obj, rt.schema(), Part::of(rt, false));
         if is_empty(&fields) {
             return;
         }
-        let time = self
-            .by_key
-            .get(key)
-            .and_then(|o| meta::meta_str(o, "creationTimestamp").map(String::from))
-            .unwrap_or_else(meta::now);
         self.updated.insert(
             key.clone(),
             vec![Updated {
@@ -822,11 +854,11 @@ impl Inner {
         }
         if let Some(appliers) = self.applied.get_mut(key) {
             let schema = rt.schema();
-            appliers.retain(|applier, config| {
-                let fields = applied_fields(rt, applier, config);
+            appliers.retain(|applier, a| {
+                let fields = applied_fields(rt, applier, &a.config);
                 let left = difference(&fields, &taken);
                 if left != fields {
-                    *config = project(config, &left, schema);
+                    a.config = project(&a.config, &left, schema);
                 }
                 !is_empty(&left)
             });
@@ -880,13 +912,17 @@ impl Inner {
             }
         }
         if let Some(appliers) = self.applied.get_mut(key) {
-            appliers.retain(|manager, config| {
+            appliers.retain(|manager, a| {
                 if manager == applier || manager.1 != applier.1 {
                     return true;
                 }
-                let left =
-                    without_changed(&applied_fields(rt, manager, config), live, applied, schema);
-                *config = project(config, &left, schema);
+                let left = without_changed(
+                    &applied_fields(rt, manager, &a.config),
+                    live,
+                    applied,
+                    schema,
+                );
+                a.config = project(&a.config, &left, schema);
                 !is_empty(&left)
             });
         }
@@ -925,9 +961,9 @@ impl Inner {
             .filter(|(manager, _)| *manager != applier && manager.1 == applier.1)
             .collect();
         others.sort_by(|a, b| a.0.cmp(b.0));
-        for (manager, config) in others {
+        for (manager, a) in others {
             let who = format!("{:?}{}", manager.0, subresource(manager.1));
-            let fields = applied_fields(rt, manager, config);
+            let fields = applied_fields(rt, manager, &a.config);
             out.extend(lost(&fields).into_iter().map(|p| (who.clone(), p)));
         }
         let mut updated: Vec<_> = self
@@ -959,9 +995,9 @@ impl Inner {
         applier: &(String, bool),
     ) -> Value {
         let mut owned = json!({});
-        for (manager, config) in self.applied.get(key).into_iter().flatten() {
+        for (manager, a) in self.applied.get(key).into_iter().flatten() {
             if manager != applier {
-                owned = merged(&owned, &applied_fields(rt, manager, config));
+                owned = merged(&owned, &applied_fields(rt, manager, &a.config));
             }
         }
         for u in self.updated.get(key).into_iter().flatten() {
@@ -970,36 +1006,11 @@ impl Inner {
         owned
     }
 
-    /// An object as a GET answers it: with its `managedFields` (lists and watches leave them
-    /// out, which a real server does not).
-    pub fn get_with_managed_fields(
-        &self,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<Value, crate::error::ApiError> {
-        let view = self.get(rt, ns, name)?;
-        Ok(self.with_managed_fields(rt, &Inner::key(rt, ns, name), view))
-    }
-
-    /// `view` with the object's `managedFields`, when anything owns a field of it.
-    pub(super) fn with_managed_fields(
-        &self,
-        rt: &ResourceType,
-        key: &ObjKey,
-        mut view: Value,
-    ) -> Value {
-        let entries = self.managed_fields(rt, key);
-        if !entries.is_empty() && view.is_object() {
-            meta::meta_mut(&mut view).insert("managedFields".into(), Value::Array(entries));
-        }
-        view
-    }
-
     /// Replaces the ownership of `key` by the `managedFields` a client wrote over `live`, as
     /// kube-apiserver's `decodeLiveOrNew` takes them: an empty list keeps the live entries, a
     /// list of one empty entry resets them, and any other list replaces them: an `Apply`
-    /// entry's fields become what its manager applied, an `Update` entry is kept as written.
+    /// entry's fields become what its manager applied (its last configuration, when the entry
+    /// names the fields that one does), an `Update` entry is kept as written.
     pub(super) fn replace_managed_fields(
         &mut self,
         rt: &ResourceType,
@@ -1010,6 +1021,7 @@ impl Inner {
         if entries.is_empty() {
             return;
         }
+        let mut before = self.applied.remove(key).unwrap_or_default();
         let mut applied = std::collections::HashMap::new();
         let mut updated = Vec::new();
         for e in entries {
@@ -1018,7 +1030,13 @@ impl Inner {
             let fields = e.get("fieldsV1").cloned().unwrap_or_else(|| json!({}));
             match e["operation"].as_str() {
                 Some("Apply") => {
-                    applied.insert((manager, status), project(live, &fields, rt.schema()));
+                    let applier = (manager, status);
+                    let config = match before.remove(&applier) {
+                        Some(a) if applied_fields(rt, &applier, &a.config) == fields => a.config,
+                        _ => project(live, &fields, rt.schema()),
+                    };
+                    let time = e["time"].as_str().map(String::from);
+                    applied.insert(applier, Applied { config, time });
                 }
                 Some("Update") => updated.push(Updated {
                     manager,

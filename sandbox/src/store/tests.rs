@@ -398,12 +398,91 @@ fn a_status_apply_owns_the_status_and_a_controllers_write_takes_what_it_changes(
     inner
         .update(&rt, Some("default"), "s", live, true)
         .expect("a status update");
-    let now = inner
-        .get_with_managed_fields(&rt, Some("default"), "s")
-        .expect("live");
+    let now = inner.get(&rt, Some("default"), "s").expect("live");
     assert_eq!(
         owners(&now),
         (2, Some(json!({"f:status": {"f:replicas": {}}}))),
         "{now}"
+    );
+}
+
+#[test]
+fn the_stored_object_carries_its_managed_fields_and_a_write_back_keeps_them() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let body = json!({"metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"k": "v"}});
+    let created = inner
+        .create_by(&rt, Some("default"), body, Some("maker"))
+        .expect("create");
+    let key = Inner::key(&rt, Some("default"), "c");
+    let stored = inner.raw(&key).cloned().expect("stored");
+    assert_eq!(
+        stored["metadata"]["managedFields"], created["metadata"]["managedFields"],
+        "what is stored is what the answer shows"
+    );
+    let listed = inner.list(&rt, Some("default"));
+    assert_eq!(
+        listed[0]["metadata"]["managedFields"][0]["manager"],
+        "maker"
+    );
+    let changes: Vec<_> = inner
+        .changes_of(&rt.storage, 1)
+        .expect("history")
+        .filter(|c| c.key == key)
+        .map(|c| c.object["metadata"]["managedFields"].clone())
+        .collect();
+    assert_eq!(changes, [created["metadata"]["managedFields"].clone()]);
+
+    // Read and written back whole, by a controller that owns nothing: nothing changes.
+    let back = inner
+        .update(&rt, Some("default"), "c", created.clone(), false)
+        .expect("the same object");
+    assert_eq!(back, created);
+    // Its data changed by the same read-and-write: the object changes, its owners do not
+    // (a write by no manager owns nothing, and takes k from maker).
+    let mut edited = created.clone();
+    edited["data"]["k"] = json!("w");
+    let written = inner
+        .update(&rt, Some("default"), "c", edited, false)
+        .expect("an update");
+    assert_ne!(
+        written["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    let fields = &written["metadata"]["managedFields"][0]["fieldsV1"];
+    assert_eq!(fields["f:data"], json!({".": {}}), "{written}");
+    assert_eq!(inner.raw(&key).cloned().as_ref(), Some(&written));
+}
+
+#[test]
+fn a_refused_write_changes_no_ownership() {
+    let store = Store::default();
+    let mut inner = store.lock();
+    let rt = configmaps(&inner);
+    let body = json!({"metadata": {"name": "c"}, "data": {"k": "v"}, "immutable": true});
+    let created = inner
+        .create_by(&rt, Some("default"), body, Some("maker"))
+        .expect("create");
+    let by = Manager::forced("n");
+    let change = json!({"metadata": {"name": "c"}, "data": {"k": "w"}});
+    inner
+        .patch(
+            &rt,
+            Some("default"),
+            "c",
+            PatchType::Apply,
+            &change,
+            false,
+            by,
+        )
+        .expect_err("an immutable ConfigMap's data stays");
+    let key = Inner::key(&rt, Some("default"), "c");
+    assert_eq!(
+        inner.managed_fields(&rt, &key),
+        created["metadata"]["managedFields"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     );
 }

@@ -25,21 +25,73 @@ fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
 }
 
 /// The `managedFields` a client's body writes, which replace the object's (a write of the status
-/// subresource cannot: the caller asks only for other writes).
-fn written_owners(body: &Value) -> Option<Vec<Value>> {
+/// subresource cannot: the caller asks only for other writes): none when they are the ones
+/// stored, as a body read from the object and written back has them.
+fn written_owners(body: &Value, old: &Value) -> Option<Vec<Value>> {
     match body["metadata"].get("managedFields") {
-        Some(Value::Array(entries)) => Some(entries.clone()),
+        Some(Value::Array(entries))
+            if old["metadata"].get("managedFields") != body["metadata"].get("managedFields") =>
+        {
+            Some(entries.clone())
+        }
         _ => None,
     }
 }
 
+/// Whether `a` and `b` are the same object but for their `managedFields` (and resourceVersion):
+/// whether a write of `a` over `b` changes anything that ownership follows.
+fn same_but_owners(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let ignored = |k: &str| matches!(k, "managedFields" | "resourceVersion");
+    let same_metadata = match (a.get("metadata"), b.get("metadata")) {
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            let kept =
+                |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !ignored(k)).count();
+            kept(x) == kept(y)
+                && x.iter()
+                    .filter(|(k, _)| !ignored(k))
+                    .all(|(k, v)| y.get(k) == Some(v))
+        }
+        (x, y) => x == y,
+    };
+    same_metadata
+        && a.len() == b.len()
+        && a.iter()
+            .filter(|(k, _)| *k != "metadata")
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// Whose fields a create's are ([`Inner::create_as`]).
+pub(super) enum Creator<'a> {
+    /// Nobody's: one of the sandbox's own controllers, or an Event.
+    Nobody,
+    /// The `Update` entry of a field manager, from the body it sent.
+    Update(&'a str, Value),
+    /// The `Apply` entry of a field manager, from the configuration it applied.
+    Apply((String, bool), Value),
+}
+
 impl Inner {
-    /// Create an object (POST).
+    /// Create an object (POST), as one of the sandbox's own controllers (owning no field).
     pub fn create(
         &mut self,
         rt: &ResourceType,
         ns: Option<&str>,
         obj: Value,
+    ) -> Result<Value, ApiError> {
+        self.create_as(rt, ns, obj, Creator::Nobody)
+    }
+
+    /// Create an object (POST) whose fields are `creator`'s: its entry is in the stored
+    /// object's `managedFields`.
+    pub(super) fn create_as(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+        creator: Creator<'_>,
     ) -> Result<Value, ApiError> {
         let mut obj = self.unview(rt, obj);
         if !obj.is_object() {
@@ -135,6 +187,25 @@ impl Inner {
         }
         obj = self.admit(rt, obj, None, false)?;
         self.create_defaults(rt, &mut obj);
+        let created_at = meta::meta_str(&obj, "creationTimestamp").map(String::from);
+        let created_at = created_at.unwrap_or_else(meta::now);
+        match creator {
+            Creator::Nobody => {}
+            Creator::Update(manager, body) => {
+                self.note_create(rt, &key, &body, manager, created_at);
+            }
+            Creator::Apply(applier, config) => {
+                let applied = super::ownership::Applied {
+                    config,
+                    time: Some(created_at),
+                };
+                self.applied
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(applier, applied);
+            }
+        }
+        self.stamp(rt, &key, &mut obj);
         let rv = self.next_rv();
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         self.after_write(rt, &obj);
@@ -156,10 +227,7 @@ impl Inner {
             return self.create(rt, ns, obj);
         };
         let body = obj.clone();
-        let view = self.create(rt, ns, obj)?;
-        let key = Inner::key(rt, ns, meta::name(&view));
-        self.note_create(rt, &key, &body, manager);
-        Ok(self.with_managed_fields(rt, &key, view))
+        self.create_as(rt, ns, obj, Creator::Update(manager, body))
     }
 
     /// Replace an object (PUT), or its status when `status` is true, as one of the sandbox's
@@ -221,10 +289,10 @@ impl Inner {
     }
 
     /// Writes `candidate` (a PUT's body, or a patch applied) over `old` as the field manager
-    /// `manager`, and records its ownership: the `managedFields` the client wrote replace the
+    /// `manager`, with its ownership: the `managedFields` the client wrote replace the
     /// object's, then the write takes what it changed ([`ownership`](super::ownership)), when
-    /// the object changed. Returns the stored view with the object's `managedFields`, when it
-    /// has any.
+    /// the object changed; the object is stored with the `managedFields` that result. Returns
+    /// the stored view.
     fn write_by(
         &mut self,
         rt: &ResourceType,
@@ -235,17 +303,21 @@ impl Inner {
         manager: Option<&str>,
     ) -> Result<Value, ApiError> {
         // A client that writes managedFields replaces the object's (`csaupgrade`'s patch).
-        let owners = (!status).then(|| written_owners(&candidate)).flatten();
+        let owners = (!status).then(|| written_owners(&candidate, old)).flatten();
         let change = self.draw_change(rt, &key, old, &candidate, status, manager);
-        let written = self.commit(rt, key.clone(), old, candidate, status)?;
+        let mut new = self.prepare(rt, old, candidate, status)?;
+        let changed = !same_but_owners(&new, old);
         if let Some(entries) = &owners {
-            self.replace_managed_fields(rt, &key, &written, entries);
+            self.replace_managed_fields(rt, &key, &new, entries);
         }
-        let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
-        if let Some(change) = change.filter(|_| rv(&written) != rv(old)) {
-            self.note_change(rt, &key, change, status, manager);
+        let change = change.filter(|_| changed);
+        if owners.is_some() || change.is_some() {
+            if let Some(change) = change {
+                self.note_change(rt, &key, change, status, manager);
+            }
+            self.stamp(rt, &key, &mut new);
         }
-        Ok(self.with_managed_fields(rt, &key, written))
+        Ok(self.store(rt, key, old, new))
     }
 
     /// Sets a pod's `spec.nodeName` as the binding subresource does: a write no client's
@@ -310,12 +382,7 @@ impl Inner {
                 }
                 let mut obj = applied.clone();
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
-                let created = self.create(rt, ns, obj)?;
-                self.applied
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(akey, applied);
-                return Ok(self.with_managed_fields(rt, &key, created));
+                return self.create_as(rt, ns, obj, Creator::Apply(akey, applied));
             };
             let live = self.view_ref(rt, &old);
             self.check_rv(rt, &live, &applied)?;
@@ -327,18 +394,32 @@ impl Inner {
             }
             let prev = self.applied.get(&key).and_then(|a| a.get(&akey)).cloned();
             let others = self.owned_by_others(rt, &key, &akey);
-            let merged =
-                patch::server_side_apply(&live, &applied, prev.as_ref(), &others, rt.schema());
-            let result = self.commit(rt, key.clone(), &old, merged, status);
-            if result.is_ok() && self.by_key.contains_key(&key) {
-                // Forced, or without conflicts: it takes what it changes.
-                self.take_changed(rt, &key, &akey, &live, &applied);
-                self.applied
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(akey, applied);
-            }
-            return result.map(|v| self.with_managed_fields(rt, &key, v));
+            let merged = patch::server_side_apply(
+                &live,
+                &applied,
+                prev.as_ref().map(|p| &p.config),
+                &others,
+                rt.schema(),
+            );
+            let mut new = self.prepare(rt, &old, merged, status)?;
+            // Forced, or without conflicts: it takes what it changes. Its entry's time is the
+            // time of the last apply that changed the object.
+            self.take_changed(rt, &key, &akey, &live, &applied);
+            let time = if same_but_owners(&new, &old) {
+                prev.and_then(|p| p.time)
+            } else {
+                Some(meta::now())
+            };
+            let applied = super::ownership::Applied {
+                config: applied,
+                time,
+            };
+            self.applied
+                .entry(key.clone())
+                .or_default()
+                .insert(akey, applied);
+            self.stamp(rt, &key, &mut new);
+            return Ok(self.store(rt, key, &old, new));
         }
         let old = old.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
         let live = self.view_ref(rt, &old);
@@ -348,11 +429,12 @@ impl Inner {
         self.write_by(rt, key, &old, candidate, status, manager)
     }
 
-    /// Write `candidate` over `old`, honouring the status subresource. Returns the stored view.
-    pub(super) fn commit(
+    /// What a write of `candidate` over `old` would store, honouring the status subresource:
+    /// admitted, with `old`'s server fields and `managedFields` (the caller stamps the
+    /// ownership the write makes) and the generation it earns.
+    fn prepare(
         &mut self,
         rt: &ResourceType,
-        key: ObjKey,
         old: &Value,
         candidate: Value,
         status: bool,
@@ -392,13 +474,13 @@ impl Inner {
                 "generation",
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
+                "managedFields",
             ] {
                 match old_md.get(f) {
                     Some(v) => md.insert(f.into(), v.clone()),
                     None => md.remove(f),
                 };
             }
-            md.remove("managedFields");
             n
         };
         if let Some(m) = new.as_object_mut() {
@@ -414,8 +496,14 @@ impl Inner {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             meta::meta_mut(&mut new).insert("generation".into(), json!(g));
         }
+        Ok(new)
+    }
+
+    /// Stores `new` (what [`prepare`](Self::prepare) made, with its `managedFields`) over
+    /// `old` under a new resourceVersion, unless it is `old` again. Returns the stored view.
+    fn store(&mut self, rt: &ResourceType, key: ObjKey, old: &Value, mut new: Value) -> Value {
         if new == *old {
-            return Ok(self.view(rt, old));
+            return self.view(rt, old);
         }
         let rv = self.next_rv();
         meta::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -428,6 +516,6 @@ impl Inner {
         if removed {
             self.remove(&key, super::Propagation::Background);
         }
-        Ok(view)
+        view
     }
 }
