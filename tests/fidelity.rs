@@ -939,6 +939,100 @@ async fn managed_fields_are_part_of_the_object(ground: Ground) {
     );
 }
 
+/// kube-controller-manager's writes are its own in `managedFields`: a StatefulSet's pod and
+/// ControllerRevision carry its create's `Update` entry, and the StatefulSet its status
+/// entry, beside the creator's. The sandbox's StatefulSet controller recorded no entry.
+async fn a_statefulsets_pods_and_status_are_the_controller_managers(ground: Ground) {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+    use k8s_openapi::api::core::v1::Pod;
+    let env = env_on!(ground, "fid-kcm", false);
+    let mut sts = statefulset("k");
+    sts["spec"]["replicas"] = json!(1);
+    let created = post(&env, &format!("{STS}?fieldManager=op"), sts).await;
+    let uid = ok(&created)["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kcm = "kube-controller-manager";
+    let pods: kube::Api<Pod> = env.api();
+    let statefulsets: kube::Api<StatefulSet> = env.api();
+    let entry_of = |o: &Value, manager: &str, subresource: &str| {
+        owners(o)
+            .into_iter()
+            .find(|(m, op, sub, _)| m == manager && op == "Update" && sub == subresource)
+            .map(|(_, _, _, paths)| paths)
+    };
+    let status_paths = [
+        ".status.availableReplicas",
+        ".status.collisionCount",
+        ".status.currentReplicas",
+        ".status.currentRevision",
+        ".status.observedGeneration",
+        ".status.readyReplicas",
+        ".status.replicas",
+        ".status.updateRevision",
+        ".status.updatedReplicas",
+    ];
+    let status_paths: Vec<String> = status_paths.iter().map(|p| p.to_string()).collect();
+    // Until the pod is ready and counted available.
+    let mut pod = Value::Null;
+    let mut status = None;
+    for _ in 0..150 {
+        if let Ok(p) = pods.get("k-0").await {
+            pod = serde_json::to_value(&p).unwrap_or_default();
+        }
+        let s = statefulsets.get("k").await.expect("the StatefulSet");
+        let s = serde_json::to_value(&s).unwrap_or_default();
+        status = entry_of(&s, kcm, "status");
+        if !pod.is_null() && status.as_ref() == Some(&status_paths) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let metadata: Vec<String> = entry_of(&pod, kcm, "")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.starts_with(".metadata"))
+        .map(|p| p.replace(&uid, "UID"))
+        .collect();
+    assert_eq!(
+        metadata,
+        [
+            ".metadata.generateName",
+            ".metadata.labels",
+            ".metadata.labels.app",
+            ".metadata.labels.apps.kubernetes.io/pod-index",
+            ".metadata.labels.controller-revision-hash",
+            ".metadata.labels.statefulset.kubernetes.io/pod-name",
+            ".metadata.ownerReferences",
+            ".metadata.ownerReferences.k:{\"uid\":\"UID\"}",
+        ],
+        "the pod's create is the controller's: {pod}"
+    );
+    assert_eq!(
+        pod["metadata"]["generateName"], "k-",
+        "a StatefulSet's pods are named from a prefix"
+    );
+    assert_eq!(
+        status,
+        Some(status_paths),
+        "the StatefulSet's status is the controller's"
+    );
+    let s = serde_json::to_value(statefulsets.get("k").await.expect("the StatefulSet"))
+        .unwrap_or_default();
+    let managers: Vec<(String, String, String)> = owners(&s)
+        .into_iter()
+        .map(|(m, op, sub, _)| (m, op, sub))
+        .collect();
+    let who = |m: &str, sub: &str| (m.to_string(), "Update".to_string(), sub.to_string());
+    assert_eq!(managers, [who(kcm, "status"), who("op", "")]);
+    let revisions: kube::Api<ControllerRevision> = env.api();
+    let listed = revisions.list(&Default::default()).await.expect("a list");
+    let revision = serde_json::to_value(listed.items.first()).unwrap_or_default();
+    let managers: Vec<String> = owners(&revision).into_iter().map(|(m, ..)| m).collect();
+    assert_eq!(managers, [kcm], "{revision}");
+}
+
 /// An object keeps at most ten `Update` entries: beyond them, the oldest are merged into one
 /// entry named `ancient-changes`, which later ones join.
 async fn beyond_ten_update_entries_the_oldest_merge_into_ancient_changes(ground: Ground) {
@@ -1344,6 +1438,7 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
 }
 
 on_both_grounds!(
+    a_statefulsets_pods_and_status_are_the_controller_managers,
     managed_fields_are_part_of_the_object,
     beyond_ten_update_entries_the_oldest_merge_into_ancient_changes,
     every_write_records_its_manager_and_takes_what_it_changes,

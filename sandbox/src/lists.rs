@@ -36,6 +36,13 @@ impl Schema<'_> {
     pub fn at(&self, path: &[&str]) -> ListType {
         list_type(self.group, self.kind, path)
     }
+
+    /// Whether the items of the list-map at `path` are atomic structs (`+structType=atomic`),
+    /// which a field set names as one field each, without what they hold: an owner
+    /// reference's.
+    pub fn atomic_items(&self, path: &[&str]) -> bool {
+        path == ["metadata", "ownerReferences"]
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
+/// The field manager of the simulated controllers' writes, as kube-controller-manager's own
+/// writes are recorded in `managedFields`.
+pub const MANAGER: &str = "kube-controller-manager";
+
 /// How often each component resyncs, besides reacting to changes.
 pub const TICK: Duration = Duration::from_millis(50);
 

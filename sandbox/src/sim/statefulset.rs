@@ -167,7 +167,7 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Arc<Value>]) -> Result<(), crat
     {
         let rev = json!({"metadata": {"name": update_rev, "labels": template["metadata"]["labels"],
             "ownerReferences": [owner_ref(sts)]}, "data": {"spec": {"template": template}}, "revision": 1});
-        inner.create(&t.revs, Some(&ns), rev)?;
+        inner.create_by(&t.revs, Some(&ns), rev, Some(super::MANAGER))?;
     }
     let current_rev = sts["status"]["currentRevision"]
         .as_str()
@@ -198,7 +198,8 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Arc<Value>]) -> Result<(), crat
                 };
                 let tmpl = template_for(inner, &t, &ns, &rev).unwrap_or_else(|| template.clone());
                 ensure_claims(inner, &t, sts, o)?;
-                inner.create(&t.pods, Some(&ns), build_pod(sts, &tmpl, &rev, o))?;
+                let pod = build_pod(sts, &tmpl, &rev, o);
+                inner.create_by(&t.pods, Some(&ns), pod, Some(super::MANAGER))?;
                 if !parallel {
                     break;
                 }
@@ -268,7 +269,8 @@ fn write_status(
         let mut new = sts.clone();
         new["status"] = status;
         let ns = meta::namespace(sts).to_string();
-        inner.update(&t.sts, Some(&ns), meta::name(sts), new, true)?;
+        let name = meta::name(sts);
+        inner.update_by(&t.sts, Some(&ns), name, new, true, Some(super::MANAGER))?;
     }
     Ok(())
 }
@@ -310,7 +312,7 @@ fn ensure_claims(
                 labels.extend(sel.clone());
             }
             let pvc = json!({"metadata": {"name": claim, "labels": labels}, "spec": tmpl["spec"]});
-            inner.create(&t.pvcs, Some(&ns), pvc)?;
+            inner.create_by(&t.pvcs, Some(&ns), pvc, Some(super::MANAGER))?;
         }
     }
     Ok(())
@@ -349,7 +351,8 @@ fn build_pod(sts: &Value, template: &Value, rev: &str, o: usize) -> Value {
             vols.push(vol);
         }
     }
-    let mut md = json!({"name": pod_name, "labels": labels, "ownerReferences": [owner_ref(sts)]});
+    let mut md = json!({"name": pod_name, "generateName": format!("{sts_name}-"), "labels": labels,
+        "ownerReferences": [owner_ref(sts)]});
     if let Some(a) = template["metadata"]["annotations"].as_object() {
         md["annotations"] = json!(a);
     }

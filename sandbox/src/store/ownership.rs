@@ -19,10 +19,13 @@
 //! defaults of decoding are the writer's), and a map, struct or list it added is named itself
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
 //! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
+//! The sandbox's StatefulSet controller writes as `kube-controller-manager` ([`crate::sim`]).
+//! An owner reference is one field (`+structType=atomic`).
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
-//! built-in kind's, and a custom resource's schema's); the ownership of Events and of the writes
-//! of the sandbox's own controllers (a real kube-controller-manager's `Update` entries), whose
-//! changes are still taken from the other entries.
+//! built-in kind's, and a custom resource's schema's); the other atomic structs of built-in
+//! kinds (a label selector); the ownership of Events, and of the writes of the sandbox's
+//! garbage collector and namespace deletion, whose changes are still taken from the other
+//! entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
@@ -105,7 +108,7 @@ pub fn fields_in(config: &Value, schema: Schema, part: Part) -> Value {
                         continue;
                     };
                     let sub = match ty {
-                        ListType::Map(_) => {
+                        ListType::Map(_) if !schema.atomic_items(path) => {
                             let mut sub = walk(item, path, schema, part);
                             if let Some(m) = sub.as_object_mut() {
                                 m.insert(".".into(), json!({}));
@@ -307,6 +310,11 @@ impl Diff<'_> {
                 None => {
                     changed.insert(name.clone(), self.item(n, path));
                 }
+                Some((_, o)) if self.schema.atomic_items(path) => {
+                    if o != n {
+                        changed.insert(name.clone(), json!({}));
+                    }
+                }
                 Some((_, o)) => {
                     if let (ListType::Map(_), Value::Object(om), Value::Object(nm)) = (ty, o, n) {
                         let (c, r) = self.objects(Some(om), Some(nm), path);
@@ -332,7 +340,7 @@ impl Diff<'_> {
     /// list-map, what it holds.
     fn item<'a>(&self, item: &'a Value, path: &mut Vec<&'a str>) -> Value {
         match item {
-            Value::Object(m) if !m.is_empty() => {
+            Value::Object(m) if !m.is_empty() && !self.schema.atomic_items(path) => {
                 let mut set = self.whole(item, path);
                 if let Some(s) = set.as_object_mut() {
                     s.insert(".".into(), json!({}));
@@ -1087,6 +1095,31 @@ mod tests {
         assert_eq!(
             fields_in(&finalizers, Schema::CONFIG_MAP, Part::Object),
             json!({"f:metadata": {"f:finalizers": {".": {}, r#"v:"a""#: {}, r#"v:"b""#: {}}}})
+        );
+    }
+
+    #[test]
+    fn an_owner_reference_is_one_field() {
+        let owned = |name: &str| {
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "StatefulSet", "name": name, "uid": "u"}]}})
+        };
+        let item = r#"k:{"uid":"u"}"#;
+        assert_eq!(
+            fields_in(&owned("a"), Schema::CONFIG_MAP, Part::Object),
+            json!({"f:metadata": {"f:ownerReferences": {".": {}, item: {}}}})
+        );
+        let (changed, removed) =
+            compare(&owned("a"), &owned("b"), Schema::CONFIG_MAP, Part::Object);
+        assert_eq!(
+            changed,
+            json!({"f:metadata": {"f:ownerReferences": {item: {}}}})
+        );
+        assert_eq!(removed, json!({}));
+        let (added, _) = compare(&json!({}), &owned("a"), Schema::CONFIG_MAP, Part::Object);
+        assert_eq!(
+            added,
+            json!({"f:metadata": {"f:ownerReferences": {".": {}, item: {}}}})
         );
     }
 
