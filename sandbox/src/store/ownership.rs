@@ -19,7 +19,7 @@
 //! defaults of decoding are the writer's), and a map, struct or list it added is named itself
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
 //! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
-//! The sandbox's StatefulSet controller writes as `kube-controller-manager` ([`crate::sim`]).
+//! The sandbox's StatefulSet controller writes as `kube-controller-manager` (`sim::MANAGER`).
 //! An owner reference is one field (`+structType=atomic`).
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
 //! built-in kind's, and a custom resource's schema's); the other atomic structs of built-in
