@@ -19,13 +19,13 @@
 //! defaults of decoding are the writer's), and a map, struct or list it added is named itself
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
 //! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
-//! The sandbox's StatefulSet controller writes as `kube-controller-manager` (`sim::MANAGER`).
-//! An owner reference is one field (`+structType=atomic`).
+//! The sandbox's StatefulSet controller writes as `kube-controller-manager` (`sim::MANAGER`),
+//! but for its pods' creates. An owner reference is one field (`+structType=atomic`).
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
 //! built-in kind's, and a custom resource's schema's); the other atomic structs of built-in
-//! kinds (a label selector); the ownership of Events, and of the writes of the sandbox's
-//! garbage collector and namespace deletion, whose changes are still taken from the other
-//! entries.
+//! kinds (a label selector); the ownership of Events, of a StatefulSet's pods' creates (for
+//! what they would cost, `sim::statefulset`), and of the writes of the sandbox's garbage
+//! collector and namespace deletion, whose changes are still taken from the other entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
