@@ -8,20 +8,25 @@ use crate::patch::{self, PatchType};
 use crate::registry::ResourceType;
 use serde_json::{json, Value};
 
-/// Whether `a` and `b` differ outside the fields that do not take part in the generation
-/// comparison (metadata, status when it is a subresource, apiVersion, kind), compared in place
-/// instead of on copies of both objects.
-fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
-    let ignored =
-        |k: &str| matches!(k, "metadata" | "apiVersion" | "kind") || (rt.status && k == "status");
+/// Whether `a` and `b` are equal apart from the keys `ignored` names (at their top level),
+/// compared in place instead of on copies of both.
+fn equal_except(a: &Value, b: &Value, ignored: impl Fn(&str) -> bool) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return a != b;
+        return a == b;
     };
-    let kept = |m: &'_ serde_json::Map<String, Value>| m.keys().filter(|k| !ignored(k)).count();
-    kept(a) != kept(b)
-        || a.iter()
+    let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !ignored(k)).count();
+    kept(a) == kept(b)
+        && a.iter()
             .filter(|(k, _)| !ignored(k))
-            .any(|(k, v)| b.get(k) != Some(v))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// Whether `a` and `b` differ outside the fields that do not take part in the generation
+/// comparison (metadata, status when it is a subresource, apiVersion, kind).
+fn spec_differs(rt: &ResourceType, a: &Value, b: &Value) -> bool {
+    !equal_except(a, b, |k| {
+        matches!(k, "metadata" | "apiVersion" | "kind") || (rt.status && k == "status")
+    })
 }
 
 /// The `managedFields` a client's body writes, which replace the object's (a write of the status
@@ -41,26 +46,10 @@ fn written_owners(body: &Value, old: &Value) -> Option<Vec<Value>> {
 /// Whether `a` and `b` are the same object but for their `managedFields` (and resourceVersion):
 /// whether a write of `a` over `b` changes anything that ownership follows.
 fn same_but_owners(a: &Value, b: &Value) -> bool {
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return a == b;
-    };
-    let ignored = |k: &str| matches!(k, "managedFields" | "resourceVersion");
-    let same_metadata = match (a.get("metadata"), b.get("metadata")) {
-        (Some(Value::Object(x)), Some(Value::Object(y))) => {
-            let kept =
-                |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !ignored(k)).count();
-            kept(x) == kept(y)
-                && x.iter()
-                    .filter(|(k, _)| !ignored(k))
-                    .all(|(k, v)| y.get(k) == Some(v))
-        }
-        (x, y) => x == y,
-    };
-    same_metadata
-        && a.len() == b.len()
-        && a.iter()
-            .filter(|(k, _)| *k != "metadata")
-            .all(|(k, v)| b.get(k) == Some(v))
+    equal_except(a, b, |k| k == "metadata")
+        && equal_except(&a["metadata"], &b["metadata"], |k| {
+            matches!(k, "managedFields" | "resourceVersion")
+        })
 }
 
 /// Whose fields a create's are ([`Inner::create_as`]).
