@@ -595,8 +595,6 @@ pub fn union(a: &Value, b: &Value) -> Value {
     }
 }
 
-/// One `Update` entry of an object's `managedFields`: what a manager's non-apply writes to the
-/// object, or to its status, set and still own.
 /// A field manager's last apply to an object (to its status, or to the rest): what it applied,
 /// and when an apply of it last changed the object.
 #[derive(Debug, Clone, PartialEq)]
@@ -609,6 +607,8 @@ pub struct Applied {
     pub time: Option<String>,
 }
 
+/// One `Update` entry of an object's `managedFields`: what a manager's non-apply writes to the
+/// object, or to its status, set and still own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Updated {
     /// The field manager.
@@ -727,11 +727,10 @@ impl Inner {
         let mut entries = Vec::new();
         if let Some(applied) = self.applied.get(key) {
             let mut managers: Vec<_> = applied.iter().collect();
-            managers.sort_by(|(a, x), (b, y)| {
-                let age = |(manager, status): &(String, bool), time: &Option<String>| {
-                    (time.clone().unwrap_or_default(), manager.clone(), *status)
-                };
-                age(a, &x.time).cmp(&age(b, &y.time))
+            // By time (none first), manager and subresource, borrowed: this runs at every
+            // write that changes ownership.
+            managers.sort_by_key(|((manager, status), a)| {
+                (a.time.as_deref().unwrap_or(""), manager.as_str(), *status)
             });
             for (applier, a) in managers {
                 entries.push(entry(
