@@ -198,7 +198,8 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Arc<Value>]) -> Result<(), crat
                 };
                 let tmpl = template_for(inner, &t, &ns, &rev).unwrap_or_else(|| template.clone());
                 ensure_claims(inner, &t, sts, o)?;
-                // Created with no owner: a real kube-controller-manager's create entry names
+                // Created with no field manager (no `managedFields` entry): a real
+                // kube-controller-manager's create entry names
                 // the whole pod spec, and carried in every pod's versions, watch events and
                 // answers it made the benchmark's N = 1000 a third slower and its memory a third
                 // larger (docs/performance.md, thirty-third pass).
