@@ -11,10 +11,10 @@
 //!     [--resync-seconds S] [--no-floor] [--no-required-floor] [--warm-up H] [--rounds R] N...
 //! ```
 //!
-//! With `--rounds R`, R - 1 more rounds follow the measurement, each the plain floor and the
-//! operator again on the same server (the operator first in every other round), and the median
-//! of the R rounds' time ratios is reported beside each round's: on a noisy machine one pair of
-//! runs says little (docs/performance.md).
+//! With `--rounds R`, R - 1 more rounds follow the measurement, each the plain floor, the required
+//! floor and the operator again on the same server (in an order that turns each round), and the
+//! medians of the R rounds' time ratios are reported beside each round's: on a noisy machine one
+//! set of runs says little (docs/performance.md).
 //!
 //! `cargo bench --bench scale -- N` runs the sandbox. Prints a table per (ground, N) and writes
 //! `target/bench/results.json` (under `CARGO_TARGET_DIR` when set). See docs/performance.md.
@@ -56,7 +56,7 @@ struct Args {
     required_floor: bool,
     /// Habitats of the warm-up (at most N; 0: none).
     warm_up: usize,
-    /// Pairs of the plain floor and the operator's run to time, the measurement's own included.
+    /// Rounds of the floors and the operator's run to time, the measurement's own included.
     rounds: usize,
 }
 
@@ -464,9 +464,11 @@ async fn run_operator(
     })
 }
 
-/// The rounds after the measurement's (`--rounds`): in each, the plain floor and the operator's
-/// run once more on the same server, the operator first in every other round, so that a server
-/// that slows (or speeds up) as it runs favours neither.
+/// The rounds after the measurement's (`--rounds`): in each, the plain floor, the required floor
+/// (unless `--no-required-floor`) and the operator's run once more on the same server. The
+/// measurement's order (required floor, plain floor, operator) turns by one place each round, so
+/// that every run takes every place as often and a server that slows (or speeds up) as it runs
+/// favours none of them.
 async fn more_rounds(
     ground: &Ground,
     driver: &kube::Client,
@@ -477,39 +479,63 @@ async fn more_rounds(
 ) -> Result<Vec<Round>, String> {
     let mut rounds = vec![];
     for r in 2..=args.rounds {
-        let operator_first = r % 2 == 0;
-        let operator = || async {
-            let identity = format!("{identity}-round-{r}");
-            let ns = &round_namespace(OPERATOR_NAMESPACE, r);
-            let mut run = run_operator(ground, driver, args, n, ns, &identity, logs).await?;
-            run.op.check_running()?;
-            let (cpu_s, rss_mib) = run.op.usage()?;
-            let reconciles = reconciles_total(&run.op.metrics().await?);
-            drop(run.op);
-            clear(ground, driver, ns, "operator", true).await?;
-            let process = RoundProcess {
-                cpu_s_to_ready: cpu_s,
-                peak_rss_mib: rss_mib,
-                reconciles,
-            };
-            Ok::<_, String>((run.to_ready.all.as_secs_f64(), run.control_plane_s, process))
-        };
-        let ((operator_s, operator_cpu, process), plain) = if operator_first {
-            let o = operator().await?;
-            (o, floor(ground, Floor::Plain, args, n, r).await?)
-        } else {
-            let f = floor(ground, Floor::Plain, args, n, r).await?;
-            (operator().await?, f)
+        let order = round_order(args.required_floor, r);
+        let mut plain = None;
+        let mut required = None;
+        let mut operator = None;
+        for &run in &order {
+            match run {
+                RoundRun::Plain => plain = Some(floor(ground, Floor::Plain, args, n, r).await?),
+                RoundRun::Required => {
+                    required = Some(floor(ground, Floor::Required, args, n, r).await?)
+                }
+                RoundRun::Operator => {
+                    let identity = format!("{identity}-round-{r}");
+                    let ns = &round_namespace(OPERATOR_NAMESPACE, r);
+                    let mut run =
+                        run_operator(ground, driver, args, n, ns, &identity, logs).await?;
+                    run.op.check_running()?;
+                    let (cpu_s, rss_mib) = run.op.usage()?;
+                    let reconciles = reconciles_total(&run.op.metrics().await?);
+                    drop(run.op);
+                    clear(ground, driver, ns, "operator", true).await?;
+                    let process = RoundProcess {
+                        cpu_s_to_ready: cpu_s,
+                        peak_rss_mib: rss_mib,
+                        reconciles,
+                    };
+                    operator = Some((run.to_ready.all.as_secs_f64(), run.control_plane_s, process));
+                }
+            }
+        }
+        let (Some(plain), Some((operator_s, operator_cpu, process))) = (plain, operator) else {
+            return Err(format!(
+                "round {r} lacks the plain floor or the operator"
+            ));
         };
         let round = Round {
-            operator_first,
+            order: order.iter().map(|r| r.name()).collect(),
             floor_s: plain.secs,
+            required_s: required.as_ref().map(|r| r.secs),
             time_to_ready_s: operator_s,
-            control_plane_s: [plain.control_plane_s, operator_cpu],
+            control_plane_s: [
+                plain.control_plane_s,
+                required.and_then(|r| r.control_plane_s),
+                operator_cpu,
+            ],
             process,
         };
+        let required_line = round
+            .required_ratio()
+            .map(|q| {
+                format!(
+                    ", required floor {:.2} s (operator/required {q:.2})",
+                    round.required_s.unwrap_or_default()
+                )
+            })
+            .unwrap_or_default();
         eprintln!(
-            "{}: round {r} of {}, {}: floor {:.2} s, operator {:.2} s, ratio {:.2}, operator CPU {:.2} ms per Habitat",
+            "{}: round {r} of {} ({}): floor {:.2} s, operator {:.2} s, ratio {:.2}{required_line}, operator CPU {:.2} ms per Habitat",
             ground.kind.name(),
             args.rounds,
             round.order(),
@@ -521,6 +547,36 @@ async fn more_rounds(
         rounds.push(round);
     }
     Ok(rounds)
+}
+
+/// One run of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoundRun {
+    Required,
+    Plain,
+    Operator,
+}
+
+impl RoundRun {
+    fn name(self) -> &'static str {
+        match self {
+            RoundRun::Required => "required floor",
+            RoundRun::Plain => "floor",
+            RoundRun::Operator => "operator",
+        }
+    }
+}
+
+/// The order of round `round`'s runs: the measurement's (the required floor when run, the plain
+/// floor, the operator), turned by one place per round after the first.
+fn round_order(required: bool, round: usize) -> Vec<RoundRun> {
+    let mut order: Vec<RoundRun> = [RoundRun::Required, RoundRun::Plain, RoundRun::Operator]
+        .into_iter()
+        .filter(|r| required || *r != RoundRun::Required)
+        .collect();
+    let turn = round.saturating_sub(1) % order.len();
+    order.rotate_left(turn);
+    order
 }
 
 /// Reconciles so far, by the operator's `/metrics`.

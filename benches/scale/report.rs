@@ -159,15 +159,17 @@ impl ControlPlaneRuns {
     }
 }
 
-/// A round after the measurement's (`--rounds`): the plain floor and the operator's run once
-/// more, on the same server.
+/// A round after the measurement's (`--rounds`): the plain floor, the required floor (unless
+/// `--no-required-floor`) and the operator's run once more, on the same server.
 pub struct Round {
-    /// Whether the operator's run came before the floor's.
-    pub operator_first: bool,
+    /// The runs in the order they ran.
+    pub order: Vec<&'static str>,
     pub floor_s: f64,
+    pub required_s: Option<f64>,
     pub time_to_ready_s: f64,
-    /// The control plane's CPU seconds during the floor's run and the operator's.
-    pub control_plane_s: [Option<[f64; 3]>; 2],
+    /// The control plane's CPU seconds during the plain floor's run, the required floor's and
+    /// the operator's.
+    pub control_plane_s: [Option<[f64; 3]>; 3],
     /// The operator process of the round, at convergence.
     pub process: RoundProcess,
 }
@@ -191,27 +193,36 @@ impl Round {
         self.time_to_ready_s / self.floor_s
     }
 
-    pub fn order(&self) -> &'static str {
-        if self.operator_first {
-            "operator first"
-        } else {
-            "floor first"
-        }
+    /// The operator's time over the required floor's.
+    pub fn required_ratio(&self) -> Option<f64> {
+        self.required_s.map(|r| self.time_to_ready_s / r)
+    }
+
+    /// The required floor's time over the plain floor's: what the required writes cost.
+    pub fn required_over_plain(&self) -> Option<f64> {
+        self.required_s.map(|r| r / self.floor_s)
+    }
+
+    pub fn order(&self) -> String {
+        self.order.join(", ")
     }
 
     fn json(&self, n: usize) -> Value {
         let cpu = |v: Option<[f64; 3]>| v.map(|v| round(v.iter().sum(), 2));
         json!({
-            "order": self.order(),
+            "order": self.order,
             "floor_s": round(self.floor_s, 2),
+            "required_floor_s": self.required_s.map(|v| round(v, 2)),
             "time_to_ready_s": round(self.time_to_ready_s, 2),
             "time_ratio": round(self.ratio(), 3),
+            "time_ratio_required": self.required_ratio().map(|v| round(v, 3)),
             "cpu_ms_per_habitat": round(self.process.cpu_ms_per_habitat(n), 2),
             "reconciles_per_habitat": round(self.process.reconciles / n as f64, 2),
             "peak_rss_mib": round(self.process.peak_rss_mib, 1),
             "control_plane_cpu_s": {
                 "floor": cpu(self.control_plane_s[0]),
-                "operator": cpu(self.control_plane_s[1]),
+                "required_floor": cpu(self.control_plane_s[1]),
+                "operator": cpu(self.control_plane_s[2]),
             },
         })
     }
@@ -375,6 +386,25 @@ impl Measurement {
         self.required_s.map(|f| self.time_to_ready_s / f)
     }
 
+    /// Every round's time over its required floor's, where it ran one, this measurement's first.
+    pub fn round_ratios_required(&self) -> Vec<f64> {
+        self.time_ratio_required()
+            .into_iter()
+            .chain(self.rounds.iter().filter_map(Round::required_ratio))
+            .collect()
+    }
+
+    /// Every round's required floor over its plain floor, where it ran both, this
+    /// measurement's first: what the writes the issue requires cost on this server.
+    pub fn round_required_over_plain(&self) -> Vec<f64> {
+        self.required_s
+            .zip(self.floor_s)
+            .map(|(r, f)| r / f)
+            .into_iter()
+            .chain(self.rounds.iter().filter_map(Round::required_over_plain))
+            .collect()
+    }
+
     pub fn to_json(&self) -> Value {
         let n = self.n;
         let ms = |v: Option<f64>| v.map(|v| round(v, 2));
@@ -435,6 +465,8 @@ impl Measurement {
         entry["time_to_ready_median_s"] = med(self.round_times(), 2).into();
         entry["cpu_ms_per_habitat_median"] = med(self.round_cpu_ms_per_habitat(), 2).into();
         entry["peak_rss_mib_median"] = med(self.round_peak_rss_mib(), 1).into();
+        entry["time_ratio_required_median"] = med(self.round_ratios_required(), 3).into();
+        entry["required_over_floor_median"] = med(self.round_required_over_plain(), 3).into();
         entry["more_rounds"] = self.rounds.iter().map(|r| r.json(n)).collect();
         entry
     }
@@ -471,8 +503,11 @@ impl Measurement {
             row(
                 &format!("round {} ({})", i + 2, r.order()),
                 format!(
-                    "floor {:.2} s, operator {:.2} s, ratio {:.2}; operator CPU {:.2} ms per Habitat, peak RSS {:.1} MiB",
+                    "floor {:.2} s,{} operator {:.2} s, ratio {:.2}; operator CPU {:.2} ms per Habitat, peak RSS {:.1} MiB",
                     r.floor_s,
+                    r.required_s
+                        .map(|s| format!(" required floor {s:.2} s,"))
+                        .unwrap_or_default(),
                     r.time_to_ready_s,
                     r.ratio(),
                     r.process.cpu_ms_per_habitat(n),
@@ -486,6 +521,15 @@ impl Measurement {
                 row(
                     &format!("time ratio, median of {} rounds", ratios.len()),
                     format!("{m:.2}"),
+                );
+            }
+            let required = self.round_ratios_required();
+            if let (Some(q), Some(p)) =
+                (median(&required), median(&self.round_required_over_plain()))
+            {
+                row(
+                    &format!("required floor, median of {} rounds", required.len()),
+                    format!("operator/required {q:.2}, required/plain {p:.2}"),
                 );
             }
             if let (Some(t), Some(c), Some(m)) = (
