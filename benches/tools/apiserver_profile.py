@@ -15,7 +15,7 @@ status write, in its namespace: `benches/tools/audit_timeline.py` names them), k
 profiles that lie at least 60% inside a window, and prints, for the plain floor's runs, the
 required floor's and the operator's, kube-apiserver's CPU seconds per run under a set of frames
 (handlers, storage, watch, validation, encoding, garbage collection), then the frames whose
-share grew most from the plain floor's runs to the operator's. Per run: each kind's CPU
+share grew most from the plain floor's runs, and from the required floor's, to the operator's. Per run: each kind's CPU
 seconds per second of its profiles, times its runs' mean length. A frame's figure includes its
 callees, and a sample counts once under each frame of the list it passes through.
 
@@ -37,7 +37,7 @@ INSIDE = 0.6
 SECONDS = 2
 KINDS = (
     ("plain floor", re.compile(r"^floor(-round-\d+)?$")),
-    ("required floor", re.compile(r"^required-floor$")),
+    ("required floor", re.compile(r"^required-floor(-round-\d+)?$")),
     ("operator", re.compile(r"^bench(-round-\d+)?$")),
 )
 # A label, and the frames it stands for (a request's handler runs partly in a goroutine of its
@@ -236,10 +236,12 @@ def runs(audit, profiles):
     print(f"{'all':28s}" + "".join(f"{per_kind[k][3]:16.2f}" for k in kinds))
     for label, _ in FRAMES:
         print(f"{label:28s}" + "".join(f"{per_kind[k][4].get(label, 0):16.2f}" for k in kinds))
-    if "plain floor" in per_kind and "operator" in per_kind:
-        floor, op = per_kind["plain floor"][5], per_kind["operator"][5]
+    for base in ("plain floor", "required floor"):
+        if base not in per_kind or "operator" not in per_kind:
+            continue
+        floor, op = per_kind[base][5], per_kind["operator"][5]
         grown = sorted(set(floor) | set(op), key=lambda f: floor.get(f, 0) - op.get(f, 0))
-        print("\nframes that grew most from the plain floor's runs to the operator's (CPU s per run)")
+        print(f"\nframes that grew most from the {base}'s runs to the operator's (CPU s per run)")
         for f in grown[:25]:
             print(f"  {op.get(f, 0) - floor.get(f, 0):+6.2f}  {floor.get(f, 0):6.2f} -> "
                   f"{op.get(f, 0):6.2f}  {f[:110]}")
