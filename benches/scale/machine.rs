@@ -20,6 +20,8 @@ pub type ControlPlaneCpu = [f64; 3];
 pub struct Sample {
     busy: f64,
     own: f64,
+    /// The benchmark's own process alone (its driver, floors and simulated nodes).
+    bench: f64,
     control_plane: ControlPlaneCpu,
     at: std::time::Instant,
 }
@@ -28,9 +30,12 @@ impl Sample {
     /// Now; `None` where /proc cannot say.
     pub fn now() -> Option<Sample> {
         let (own, control_plane) = tree_cpu(std::process::id())?;
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let ticks = StatTicks::parse(&stat)?;
         Some(Sample {
             busy: machine_busy()?,
             own,
+            bench: (ticks.utime + ticks.stime) / clock_ticks(),
             control_plane,
             at: std::time::Instant::now(),
         })
@@ -40,6 +45,12 @@ impl Sample {
     /// on the sandbox ground, whose server runs inside the benchmark).
     pub fn control_plane_until(&self, later: &Sample) -> ControlPlaneCpu {
         std::array::from_fn(|i| (later.control_plane[i] - self.control_plane[i]).max(0.0))
+    }
+
+    /// The CPU seconds the benchmark's own process (its driver, the floors' clients and the
+    /// simulated nodes; on the sandbox ground its server too) spent from `self` until `later`.
+    pub fn bench_until(&self, later: &Sample) -> f64 {
+        (later.bench - self.bench).max(0.0)
     }
 
     /// The cores that other processes kept busy on average from `self` until `later`.

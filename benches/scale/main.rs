@@ -150,14 +150,17 @@ struct FloorRun {
     others: Option<f64>,
     /// The control plane's CPU seconds meanwhile, by process.
     control_plane_s: Option<machine::ControlPlaneCpu>,
+    /// The benchmark process's CPU seconds meanwhile.
+    bench_s: Option<f64>,
 }
 
-/// From `before` until now: the cores other processes kept busy, and the control plane's CPU
-/// seconds when `real` (the sandbox's server runs inside the benchmark).
+/// From `before` until now: the cores other processes kept busy, the control plane's CPU
+/// seconds when `real` (the sandbox's server runs inside the benchmark), and the benchmark
+/// process's own.
 fn usage(
     before: Option<machine::Sample>,
     real: bool,
-) -> (Option<f64>, Option<machine::ControlPlaneCpu>) {
+) -> (Option<f64>, Option<machine::ControlPlaneCpu>, Option<f64>) {
     let now = machine::Sample::now();
     let between = before.zip(now);
     (
@@ -165,6 +168,7 @@ fn usage(
         between
             .filter(|_| real)
             .map(|(a, b)| a.control_plane_until(&b)),
+        between.map(|(a, b)| a.bench_until(&b)),
     )
 }
 
@@ -191,7 +195,7 @@ async fn floor(
         timeout(n),
     )
     .await?;
-    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
+    let (others, control_plane_s, bench_s) = usage(before, ground.kind == Kind::Real);
     let counts = ground.requests(kind.agent()).await?;
     let writes = Breakdown::between(&Default::default(), &counts).writes;
     // The required floor's finalizers would hold its namespace (the driver's writes).
@@ -201,6 +205,7 @@ async fn floor(
         writes,
         others,
         control_plane_s,
+        bench_s,
     })
 }
 
@@ -328,6 +333,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         to_ready,
         others,
         control_plane_s,
+        bench_s,
     } = run_operator(ground, &driver, args, n, ns, &identity, logs.path()).await?;
     // Every request of this process counts, its start-up lists and watches included.
     let agent = format!("({identity})");
@@ -380,10 +386,16 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
             operator: others,
         },
         control_plane_cpu_s: ControlPlaneRuns {
-            warm_up: warm_up.and_then(|(_, r)| r.control_plane_s),
-            required_floor: required.and_then(|r| r.control_plane_s),
-            floor: plain.and_then(|r| r.control_plane_s),
+            warm_up: warm_up.as_ref().and_then(|(_, r)| r.control_plane_s),
+            required_floor: required.as_ref().and_then(|r| r.control_plane_s),
+            floor: plain.as_ref().and_then(|r| r.control_plane_s),
             operator: control_plane_s,
+        },
+        bench_cpu_s: PerRun {
+            warm_up: warm_up.as_ref().and_then(|(_, r)| r.bench_s),
+            required_floor: required.as_ref().and_then(|r| r.bench_s),
+            floor: plain.as_ref().and_then(|r| r.bench_s),
+            operator: bench_s,
         },
         requests: Breakdown::between(&Default::default(), &at_ready),
         quiet: Breakdown::between(&at_ready, &at_end),
@@ -421,6 +433,8 @@ struct OperatorRun {
     others: Option<f64>,
     /// The control plane's CPU seconds meanwhile, by process.
     control_plane_s: Option<machine::ControlPlaneCpu>,
+    /// The benchmark process's CPU seconds meanwhile.
+    bench_s: Option<f64>,
 }
 
 /// Starts the operator as `identity` (its log in `logs`) on the new namespace `ns`, waits until
@@ -455,12 +469,13 @@ async fn run_operator(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
-    let (others, control_plane_s) = usage(before, ground.kind == Kind::Real);
+    let (others, control_plane_s, bench_s) = usage(before, ground.kind == Kind::Real);
     Ok(OperatorRun {
         op,
         to_ready,
         others,
         control_plane_s,
+        bench_s,
     })
 }
 
@@ -504,14 +519,19 @@ async fn more_rounds(
                         peak_rss_mib: rss_mib,
                         reconciles,
                     };
-                    operator = Some((run.to_ready.all.as_secs_f64(), run.control_plane_s, process));
+                    operator = Some((
+                        run.to_ready.all.as_secs_f64(),
+                        run.control_plane_s,
+                        run.bench_s,
+                        process,
+                    ));
                 }
             }
         }
-        let (Some(plain), Some((operator_s, operator_cpu, process))) = (plain, operator) else {
-            return Err(format!(
-                "round {r} lacks the plain floor or the operator"
-            ));
+        let (Some(plain), Some((operator_s, operator_cpu, operator_bench, process))) =
+            (plain, operator)
+        else {
+            return Err(format!("round {r} lacks the plain floor or the operator"));
         };
         let round = Round {
             order: order.iter().map(|r| r.name()).collect(),
@@ -520,8 +540,13 @@ async fn more_rounds(
             time_to_ready_s: operator_s,
             control_plane_s: [
                 plain.control_plane_s,
-                required.and_then(|r| r.control_plane_s),
+                required.as_ref().and_then(|r| r.control_plane_s),
                 operator_cpu,
+            ],
+            bench_s: [
+                plain.bench_s,
+                required.as_ref().and_then(|r| r.bench_s),
+                operator_bench,
             ],
             process,
         };

@@ -170,6 +170,8 @@ pub struct Round {
     /// The control plane's CPU seconds during the plain floor's run, the required floor's and
     /// the operator's.
     pub control_plane_s: [Option<[f64; 3]>; 3],
+    /// The benchmark process's CPU seconds during the same three runs.
+    pub bench_s: [Option<f64>; 3],
     /// The operator process of the round, at convergence.
     pub process: RoundProcess,
 }
@@ -223,6 +225,11 @@ impl Round {
                 "floor": cpu(self.control_plane_s[0]),
                 "required_floor": cpu(self.control_plane_s[1]),
                 "operator": cpu(self.control_plane_s[2]),
+            },
+            "bench_process_cpu_s": {
+                "floor": self.bench_s[0].map(|v| round(v, 2)),
+                "required_floor": self.bench_s[1].map(|v| round(v, 2)),
+                "operator": self.bench_s[2].map(|v| round(v, 2)),
             },
         })
     }
@@ -315,6 +322,9 @@ pub struct Measurement {
     pub warm_up: Option<(usize, f64)>,
     /// The cores other processes on the machine kept busy during each run.
     pub others: PerRun,
+    /// The benchmark process's CPU seconds in each run: its driver, the floors' clients and the
+    /// simulated nodes (on the sandbox ground, its server too).
+    pub bench_cpu_s: PerRun,
     /// The CPU seconds the control plane spent during each run, by process (real ground only).
     pub control_plane_cpu_s: ControlPlaneRuns,
     pub restart: Restart,
@@ -424,6 +434,7 @@ impl Measurement {
             "warm_up_habitats": self.warm_up.map(|(w, _)| w),
             "warm_up_s": self.warm_up.map(|(_, s)| round(s, 2)),
             "other_processes_cores": self.others.json(2),
+            "bench_process_cpu_s": self.bench_cpu_s.json(2),
             "control_plane_cpu_s": self.control_plane_cpu_s.total().json(2),
             "control_plane_cpu_by_process_s": self.control_plane_cpu_s.json_by_process(),
             "required_floor_writes_per_habitat": self.required_writes.map(|w| round(w as f64 / n as f64, 2)),
@@ -551,6 +562,7 @@ impl Measurement {
             );
         }
         row("other processes' cores (busy)", self.others.line(2));
+        row("benchmark process CPU s", self.bench_cpu_s.line(2));
         if self.control_plane_cpu_s.operator.is_some() {
             row(
                 "control plane CPU s",
