@@ -1435,7 +1435,74 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
     assert_eq!(ports_of(&moved), [s("a", None)], "{moved}");
 }
 
+/// A label selector (`+structType=atomic`: a StatefulSet's, a PodDisruptionBudget's) and a
+/// Service's selector (`+mapType=atomic`) are one field each: a field set names the selector, not its labels, and a forced apply of
+/// another selector replaces it whole and takes it. The sandbox named each label, and merged
+/// an applied selector into the live one.
+async fn a_selector_is_one_field(ground: Ground) {
+    let env = env_on!(ground, "fid-selector", false);
+    let selector_paths = |o: &Value, manager: &str| -> Vec<String> {
+        owners(o)
+            .into_iter()
+            .filter(|(m, ..)| m == manager)
+            .flat_map(|(.., paths)| paths)
+            .filter(|p| p.starts_with(".spec.selector"))
+            .collect()
+    };
+    let sts = ok(&post(
+        &env,
+        &format!("{STS}?fieldManager=maker"),
+        statefulset("sel"),
+    )
+    .await)
+    .clone();
+    assert_eq!(selector_paths(&sts, "maker"), [".spec.selector"], "{sts}");
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "p"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "sel"}}}});
+    let pdb = ok(&post(
+        &env,
+        "/apis/policy/v1/namespaces/NS/poddisruptionbudgets?fieldManager=maker",
+        pdb,
+    )
+    .await)
+    .clone();
+    assert_eq!(selector_paths(&pdb, "maker"), [".spec.selector"], "{pdb}");
+
+    let svc = ok(&post(
+        &env,
+        &format!("{SVCS}?fieldManager=maker"),
+        with_ports(&[("a", 80, None)]),
+    )
+    .await)
+    .clone();
+    assert_eq!(selector_paths(&svc, "maker"), [".spec.selector"], "{svc}");
+    let mut body = with_ports(&[("a", 80, None)]);
+    body["spec"]["selector"] = json!({"c": "d"});
+    let applied = ok(&call(
+        &env,
+        "PATCH",
+        &format!("{SVCS}/s?fieldManager=applier&force=true"),
+        &body,
+        "application/apply-patch+yaml",
+    )
+    .await)
+    .clone();
+    assert_eq!(
+        applied["spec"]["selector"],
+        json!({"c": "d"}),
+        "the applied selector replaces the live one: {applied}"
+    );
+    assert_eq!(selector_paths(&applied, "applier"), [".spec.selector"]);
+    assert_eq!(
+        selector_paths(&applied, "maker"),
+        Vec::<String>::new(),
+        "the apply took the selector: {applied}"
+    );
+}
+
 on_both_grounds!(
+    a_selector_is_one_field,
     a_statefulsets_pods_and_status_are_the_controller_managers,
     managed_fields_are_part_of_the_object,
     beyond_ten_update_entries_the_oldest_merge_into_ancient_changes,

@@ -43,6 +43,23 @@ impl Schema<'_> {
     pub fn atomic_items(&self, path: &[&str]) -> bool {
         path == ["metadata", "ownerReferences"]
     }
+
+    /// Whether the map or struct at `path` is atomic (`+structType=atomic`, `+mapType=atomic`):
+    /// a field set names it as one field, without what it holds, and an apply replaces it whole.
+    /// A workload's and a disruption budget's label selector (`metav1.LabelSelector`) and a
+    /// Service's selector (a map).
+    pub fn atomic(&self, path: &[&str]) -> bool {
+        matches!(
+            (self.group, self.kind, path),
+            (
+                "apps",
+                "StatefulSet" | "Deployment" | "DaemonSet" | "ReplicaSet",
+                ["spec", "selector"],
+            ) | ("batch", "Job", ["spec", "selector"])
+                | ("policy", "PodDisruptionBudget", ["spec", "selector"])
+                | ("", "Service", ["spec", "selector"])
+        )
+    }
 }
 
 #[cfg(test)]

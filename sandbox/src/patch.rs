@@ -213,7 +213,7 @@ fn merge_applied<'a>(
         }
         path.push(k);
         match (t.get_mut(k), v) {
-            (Some(slot @ Value::Object(_)), Value::Object(_)) => {
+            (Some(slot @ Value::Object(_)), Value::Object(_)) if !schema.atomic(path) => {
                 merge_applied(slot, v, schema, path)
             }
             (Some(Value::Array(live)), Value::Array(items))
@@ -314,6 +314,8 @@ fn remove_dropped<'a>(
     path: &mut Vec<&'a str>,
 ) {
     match (target, prev) {
+        // An atomic struct or map is one field: the parent keeps or removes it whole.
+        (Value::Object(_), _) if schema.atomic(path) => {}
         (Value::Object(t), Value::Object(p)) => {
             for (k, pv) in p {
                 if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind") {
@@ -372,6 +374,28 @@ mod tests {
         assert_eq!(json, json!({"data": {"a": "1"}}));
         assert_eq!(yaml, json);
         assert!(parse_body(PatchType::Apply, b"data: [unclosed").is_err());
+    }
+
+    #[test]
+    fn an_apply_replaces_an_atomic_selector_whole() {
+        let live = json!({"spec": {"selector": {"a": "b"}, "type": "ClusterIP"}});
+        let applied = json!({"spec": {"selector": {"c": "d"}}});
+        let others = json!({"f:spec": {"f:selector": {}, "f:type": {}}});
+        let merged = server_side_apply(&live, &applied, None, &others, Schema::SERVICE);
+        assert_eq!(
+            merged,
+            json!({"spec": {"selector": {"c": "d"}, "type": "ClusterIP"}})
+        );
+        // Not atomic elsewhere: a ConfigMap's data merges key by key.
+        let live = json!({"data": {"a": "b"}});
+        let merged = server_side_apply(
+            &live,
+            &json!({"data": {"c": "d"}}),
+            None,
+            &json!({}),
+            Schema::CONFIG_MAP,
+        );
+        assert_eq!(merged, json!({"data": {"a": "b", "c": "d"}}));
     }
 
     #[test]

@@ -20,10 +20,11 @@
 //! too (`.`; a create is compared with the kind's [`zero_object`]).
 //! Beyond ten `Update` entries, the oldest merge into one `ancient-changes` entry.
 //! The sandbox's StatefulSet controller writes as `kube-controller-manager` (`sim::MANAGER`),
-//! but for its pods' creates. An owner reference is one field (`+structType=atomic`).
+//! but for its pods' creates. An owner reference is one field (`+structType=atomic`), and so
+//! is a workload's, a disruption budget's or a Service's selector ([`Schema::atomic`]).
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
-//! built-in kind's, and a custom resource's schema's); the other atomic structs of built-in
-//! kinds (a label selector); the ownership of Events, of a StatefulSet's pods' creates (for
+//! built-in kind's, and a custom resource's schema's); the other atomic structs and maps of
+//! built-in kinds (those within a pod spec, say); the ownership of Events, of a StatefulSet's pods' creates (for
 //! what they would cost, `sim::statefulset`), and of the writes of the sandbox's garbage
 //! collector and namespace deletion, whose changes are still taken from the other entries.
 
@@ -83,6 +84,7 @@ impl Part {
 pub fn fields_in(config: &Value, schema: Schema, part: Part) -> Value {
     fn walk<'a>(v: &'a Value, path: &mut Vec<&'a str>, schema: Schema, part: Part) -> Value {
         match v {
+            Value::Object(_) if schema.atomic(path) => json!({}),
             Value::Object(m) => {
                 let top = path.is_empty();
                 let in_metadata = path.as_slice() == ["metadata"];
@@ -259,14 +261,15 @@ impl Diff<'_> {
         path: &mut Vec<&'a str>,
     ) -> (Value, Value) {
         let ty = self.schema.at(path);
+        let atomic = self.schema.atomic(path);
         let leaf = |v: &Value| match v {
-            Value::Object(_) => false,
+            Value::Object(_) => atomic,
             Value::Array(_) => ty == ListType::Atomic,
             _ => true,
         };
         match (old, new) {
             // Two maps (or structs), empty ones too: the node stays, its fields differ.
-            (Value::Object(o), Value::Object(n)) => {
+            (Value::Object(o), Value::Object(n)) if !atomic => {
                 let (c, r) = self.objects(Some(o), Some(n), path);
                 (Value::Object(c), Value::Object(r))
             }
@@ -356,6 +359,7 @@ impl Diff<'_> {
     fn whole<'a>(&self, v: &'a Value, path: &mut Vec<&'a str>) -> Value {
         let in_metadata = path.as_slice() == ["metadata"];
         match v {
+            Value::Object(_) if self.schema.atomic(path) => json!({}),
             Value::Object(m) if !m.is_empty() => {
                 let mut out = Map::new();
                 out.insert(".".into(), json!({}));
@@ -1119,6 +1123,28 @@ mod tests {
         assert_eq!(
             added,
             json!({"f:metadata": {"f:ownerReferences": {".": {}, item: {}}}})
+        );
+    }
+
+    #[test]
+    fn a_selector_is_one_field() {
+        let with = |selector: Value| json!({"spec": {"selector": selector}});
+        let a = with(json!({"matchLabels": {"app": "a"}}));
+        let b = with(json!({"matchLabels": {"app": "b"}}));
+        let leaf = json!({"f:spec": {"f:selector": {}}});
+        assert_eq!(fields_in(&a, Schema::STATEFUL_SET, Part::Object), leaf);
+        let (changed, removed) = compare(&a, &b, Schema::STATEFUL_SET, Part::Object);
+        assert_eq!((changed, removed), (leaf.clone(), json!({})));
+        let (same, _) = compare(&a, &a, Schema::STATEFUL_SET, Part::Object);
+        assert_eq!(same, json!({}));
+        let (added, _) = compare(&json!({}), &a, Schema::STATEFUL_SET, Part::Object);
+        assert_eq!(added, json!({"f:spec": {".": {}, "f:selector": {}}}));
+        // A Service's selector is an atomic map; a ConfigMap's data is not.
+        let svc = with(json!({"a": "b"}));
+        assert_eq!(fields_in(&svc, Schema::SERVICE, Part::Object), leaf);
+        assert_eq!(
+            fields_in(&svc, Schema::CONFIG_MAP, Part::Object),
+            json!({"f:spec": {"f:selector": {"f:a": {}}}})
         );
     }
 
