@@ -146,30 +146,32 @@ struct FloorRun {
     /// From the first create until every status was written.
     secs: f64,
     writes: u64,
-    /// The cores other processes kept busy meanwhile.
+    /// What the machine spent meanwhile.
+    usage: Usage,
+}
+
+/// What the machine spent during a run (each `None` where /proc could not say).
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    /// The cores other processes kept busy.
     others: Option<f64>,
-    /// The control plane's CPU seconds meanwhile, by process.
+    /// The control plane's CPU seconds, by process (the real ground only).
     control_plane_s: Option<machine::ControlPlaneCpu>,
-    /// The benchmark process's CPU seconds meanwhile.
+    /// The benchmark process's own CPU seconds.
     bench_s: Option<f64>,
 }
 
-/// From `before` until now: the cores other processes kept busy, the control plane's CPU
-/// seconds when `real` (the sandbox's server runs inside the benchmark), and the benchmark
-/// process's own.
-fn usage(
-    before: Option<machine::Sample>,
-    real: bool,
-) -> (Option<f64>, Option<machine::ControlPlaneCpu>, Option<f64>) {
-    let now = machine::Sample::now();
-    let between = before.zip(now);
-    (
-        between.map(|(a, b)| a.others_until(&b)),
-        between
+/// From `before` until now: the control plane's CPU seconds only when `real` (the sandbox's
+/// server runs inside the benchmark).
+fn usage(before: Option<machine::Sample>, real: bool) -> Usage {
+    let between = before.zip(machine::Sample::now());
+    Usage {
+        others: between.map(|(a, b)| a.others_until(&b)),
+        control_plane_s: between
             .filter(|_| real)
             .map(|(a, b)| a.control_plane_until(&b)),
-        between.map(|(a, b)| a.bench_until(&b)),
-    )
+        bench_s: between.map(|(a, b)| a.bench_until(&b)),
+    }
 }
 
 /// The floor `kind` on `ground`.
@@ -195,7 +197,7 @@ async fn floor(
         timeout(n),
     )
     .await?;
-    let (others, control_plane_s, bench_s) = usage(before, ground.kind == Kind::Real);
+    let usage = usage(before, ground.kind == Kind::Real);
     let counts = ground.requests(kind.agent()).await?;
     let writes = Breakdown::between(&Default::default(), &counts).writes;
     // The required floor's finalizers would hold its namespace (the driver's writes).
@@ -203,9 +205,7 @@ async fn floor(
     Ok(FloorRun {
         secs: took.as_secs_f64(),
         writes,
-        others,
-        control_plane_s,
-        bench_s,
+        usage,
     })
 }
 
@@ -331,9 +331,7 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     let OperatorRun {
         mut op,
         to_ready,
-        others,
-        control_plane_s,
-        bench_s,
+        usage,
     } = run_operator(ground, &driver, args, n, ns, &identity, logs.path()).await?;
     // Every request of this process counts, its start-up lists and watches included.
     let agent = format!("({identity})");
@@ -360,6 +358,13 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     };
 
     let (pods, leader_groups) = workload::totals(n);
+    // The floors' usage: the warm-up's, the required floor's, the plain floor's.
+    let runs = [
+        warm_up.as_ref().map(|(_, r)| r.usage),
+        required.as_ref().map(|r| r.usage),
+        plain.as_ref().map(|r| r.usage),
+    ]
+    .map(Option::unwrap_or_default);
     let name = "habitat_operator_reconcile_duration_seconds";
     let buckets = prometheus::buckets(&metrics, name);
     let q = |q: f64| prometheus::quantile(&buckets, q).map(|s| s * 1000.0);
@@ -380,22 +385,22 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
         warm_up: warm_up.as_ref().map(|(w, r)| (*w, r.secs)),
         restart,
         others: PerRun {
-            warm_up: warm_up.as_ref().and_then(|(_, r)| r.others),
-            required_floor: required.as_ref().and_then(|r| r.others),
-            floor: plain.as_ref().and_then(|r| r.others),
-            operator: others,
+            warm_up: runs[0].others,
+            required_floor: runs[1].others,
+            floor: runs[2].others,
+            operator: usage.others,
         },
         control_plane_cpu_s: ControlPlaneRuns {
-            warm_up: warm_up.as_ref().and_then(|(_, r)| r.control_plane_s),
-            required_floor: required.as_ref().and_then(|r| r.control_plane_s),
-            floor: plain.as_ref().and_then(|r| r.control_plane_s),
-            operator: control_plane_s,
+            warm_up: runs[0].control_plane_s,
+            required_floor: runs[1].control_plane_s,
+            floor: runs[2].control_plane_s,
+            operator: usage.control_plane_s,
         },
         bench_cpu_s: PerRun {
-            warm_up: warm_up.as_ref().and_then(|(_, r)| r.bench_s),
-            required_floor: required.as_ref().and_then(|r| r.bench_s),
-            floor: plain.as_ref().and_then(|r| r.bench_s),
-            operator: bench_s,
+            warm_up: runs[0].bench_s,
+            required_floor: runs[1].bench_s,
+            floor: runs[2].bench_s,
+            operator: usage.bench_s,
         },
         requests: Breakdown::between(&Default::default(), &at_ready),
         quiet: Breakdown::between(&at_ready, &at_end),
@@ -429,12 +434,8 @@ fn round_namespace(first: &str, round: usize) -> String {
 struct OperatorRun {
     op: operator::Operator,
     to_ready: workload::ReadyTimes,
-    /// The cores other processes kept busy meanwhile.
-    others: Option<f64>,
-    /// The control plane's CPU seconds meanwhile, by process.
-    control_plane_s: Option<machine::ControlPlaneCpu>,
-    /// The benchmark process's CPU seconds meanwhile.
-    bench_s: Option<f64>,
+    /// What the machine spent meanwhile.
+    usage: Usage,
 }
 
 /// Starts the operator as `identity` (its log in `logs`) on the new namespace `ns`, waits until
@@ -469,13 +470,10 @@ async fn run_operator(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{e}; operator log:\n{}", op.log_tail()))?;
-    let (others, control_plane_s, bench_s) = usage(before, ground.kind == Kind::Real);
     Ok(OperatorRun {
         op,
         to_ready,
-        others,
-        control_plane_s,
-        bench_s,
+        usage: usage(before, ground.kind == Kind::Real),
     })
 }
 
@@ -519,34 +517,28 @@ async fn more_rounds(
                         peak_rss_mib: rss_mib,
                         reconciles,
                     };
-                    operator = Some((
-                        run.to_ready.all.as_secs_f64(),
-                        run.control_plane_s,
-                        run.bench_s,
-                        process,
-                    ));
+                    operator = Some((run.to_ready.all.as_secs_f64(), run.usage, process));
                 }
             }
         }
-        let (Some(plain), Some((operator_s, operator_cpu, operator_bench, process))) =
-            (plain, operator)
-        else {
+        let (Some(plain), Some((operator_s, operator_usage, process))) = (plain, operator) else {
             return Err(format!("round {r} lacks the plain floor or the operator"));
         };
+        let required_usage = required.as_ref().map(|r| r.usage).unwrap_or_default();
         let round = Round {
             order: order.iter().map(|r| r.name()).collect(),
             floor_s: plain.secs,
             required_s: required.as_ref().map(|r| r.secs),
             time_to_ready_s: operator_s,
             control_plane_s: [
-                plain.control_plane_s,
-                required.as_ref().and_then(|r| r.control_plane_s),
-                operator_cpu,
+                plain.usage.control_plane_s,
+                required_usage.control_plane_s,
+                operator_usage.control_plane_s,
             ],
             bench_s: [
-                plain.bench_s,
-                required.as_ref().and_then(|r| r.bench_s),
-                operator_bench,
+                plain.usage.bench_s,
+                required_usage.bench_s,
+                operator_usage.bench_s,
             ],
             process,
         };
