@@ -577,8 +577,8 @@ enum RoundRun {
 impl RoundRun {
     fn name(self) -> &'static str {
         match self {
-            RoundRun::Required => "required floor",
-            RoundRun::Plain => "floor",
+            RoundRun::Required => Floor::Required.name(),
+            RoundRun::Plain => Floor::Plain.name(),
             RoundRun::Operator => "operator",
         }
     }

@@ -24,9 +24,10 @@
 //! is a workload's, a disruption budget's or a Service's selector ([`Schema::atomic`]).
 //! Not modelled: the defaults of decoding the sandbox does not know (it fills in a few of each
 //! built-in kind's, and a custom resource's schema's); the other atomic structs and maps of
-//! built-in kinds (those within a pod spec, say); the ownership of Events, of a StatefulSet's pods' creates (for
-//! what they would cost, `sim::statefulset`), and of the writes of the sandbox's garbage
-//! collector and namespace deletion, whose changes are still taken from the other entries.
+//! built-in kinds (those within a pod spec, say); the ownership of Events, of a StatefulSet's
+//! pods' creates (for what they would cost, `sim::statefulset`), and of the writes of the
+//! sandbox's garbage collector and namespace deletion, whose changes are still taken from the
+//! other entries.
 
 use super::{Inner, ObjKey};
 use crate::lists::{element, ListType, Schema};
@@ -1139,7 +1140,7 @@ mod tests {
         assert_eq!(same, json!({}));
         let (added, _) = compare(&json!({}), &a, Schema::STATEFUL_SET, Part::Object);
         assert_eq!(added, json!({"f:spec": {".": {}, "f:selector": {}}}));
-        // A Service's selector is an atomic map; a ConfigMap's data is not.
+        // A Service's selector is an atomic map; the same path in another kind is not atomic.
         let svc = with(json!({"a": "b"}));
         assert_eq!(fields_in(&svc, Schema::SERVICE, Part::Object), leaf);
         assert_eq!(
