@@ -142,6 +142,7 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
         peer_config: None,
         headless: Some(live(&w.headless)),
         leader_service: w.leader.as_ref().map(|(svc, _)| live(svc)),
+        creating: None,
         budget: w.leader.as_ref().map(|(_, pdb)| live(pdb)),
         pods: pods.clone(),
         bound_pods: vec![],

@@ -37,6 +37,16 @@ pub fn carries(live: &ObjectMeta, fingerprint: &str) -> bool {
         .is_some_and(|f| f == fingerprint)
 }
 
+/// `desired` with its fingerprint in the annotation [`FINGERPRINT_ANNOTATION`]: the object
+/// [`apply`] sends.
+pub fn stamped<K: Resource + Serialize + Clone>(desired: &K) -> K {
+    let mut stamped = desired.clone();
+    stamped
+        .annotations_mut()
+        .insert(FINGERPRINT_ANNOTATION.to_string(), fingerprint(desired));
+    stamped
+}
+
 /// Writes `desired` (stamped with its fingerprint) and returns the live object. A child the
 /// cache does not hold (`cached` false) is created with a POST; one that exists is server-side
 /// applied, and its fields moved from a create's entry to the apply's first when the create's
@@ -51,11 +61,7 @@ where
         + Debug,
 {
     let name = desired.name_any();
-    let fp = fingerprint(desired);
-    let mut stamped = desired.clone();
-    stamped
-        .annotations_mut()
-        .insert(FINGERPRINT_ANNOTATION.to_string(), fp);
+    let stamped = stamped(desired);
     let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
     let failed = |action: &'static str| {
         let name = name.clone();
@@ -67,16 +73,10 @@ where
         }
     };
     if !cached {
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        match api.create(&params, &stamped).await {
-            Ok(created) => return Ok(created),
-            // Created meanwhile (by this operator's earlier pass the cache has not shown yet, or
-            // by someone else): applied over, as any existing child.
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(source) => return Err(failed("create")(source)),
+        // Created meanwhile (by this operator's earlier pass the cache has not shown yet, or by
+        // someone else): applied over, as any existing child.
+        if let Some(created) = post(&api, &stamped).await.map_err(failed("create"))? {
+            return Ok(created);
         }
     }
     let mut body = serde_json::to_value(&stamped).unwrap_or_default();
@@ -105,6 +105,42 @@ where
             Err(kube::Error::Api(s)) if s.code == 409 && tries < MOVE_TRIES => continue,
             Err(source) => return Err(failed("take over the fields of")(source)),
         }
+    }
+}
+
+/// Creates `desired` (stamped with its fingerprint) with a POST, as [`apply`] does for a child
+/// the cache does not hold; `None` when it exists already (409), whatever it holds.
+pub async fn create<K>(client: &Client, desired: &K) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
+    post(&api, &stamped(desired))
+        .await
+        .map_err(|source| Error::Apply {
+            action: "create",
+            kind: K::kind(&()).into_owned(),
+            name: desired.name_any(),
+            source,
+        })
+}
+
+async fn post<K>(api: &Api<K>, stamped: &K) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&params, stamped).await {
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -9,6 +9,7 @@ use habitat_machine::Step;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -17,9 +18,10 @@ use crate::api::{Habitat, LABEL_LEADER};
 use crate::children::peer_config::peer_config;
 use crate::children::ring_key;
 use crate::children::Workload;
-use crate::cluster::apply::{apply, delete, write_data, FIELD_MANAGER};
+use crate::cluster::apply::{apply, delete, is_current, stamped, write_data, FIELD_MANAGER};
 use crate::cluster::events::Note;
 use crate::error::Error;
+use crate::reconcile::allocating::needs_cluster_ip;
 use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
@@ -83,6 +85,7 @@ pub async fn act(
                 headless: seen_headless,
                 leader_service: seen_leader_service,
                 budget: seen_budget,
+                creating,
                 ..
             } = snap;
             let (sts, svc, lead) = futures::join!(
@@ -91,7 +94,7 @@ pub async fn act(
                 async {
                     if let Some((svc, pdb)) = leader {
                         let (a, b) = futures::join!(
-                            apply_over(ctx, &recent.services, seen_leader_service, svc),
+                            apply_service(ctx, h, seen_leader_service, creating, svc),
                             apply_over(ctx, &recent.budgets, seen_budget, pdb),
                         );
                         a.and(b)
@@ -212,6 +215,44 @@ where
     let written = apply(&ctx.client, desired, seen.is_some()).await?;
     remember(ctx, recent, seen, written);
     Ok(())
+}
+
+/// Applies a Service as [`apply_over`] does, but creates one that needs a cluster IP in the
+/// background ([`Allocating`](crate::reconcile::allocating::Allocating)): the pass goes on with
+/// the Service as sent. A create under way of the same desired Service is left to run; after a
+/// background create failed, the create is made here, so that its error ends the pass.
+async fn apply_service(
+    ctx: &Context,
+    h: &Habitat,
+    seen: &mut Option<Service>,
+    creating: &mut Option<String>,
+    desired: &Service,
+) -> Result<(), Error> {
+    let allocating = &ctx.stores.allocating;
+    let ns = desired.namespace().unwrap_or_default();
+    let name = desired.name_any();
+    if let Some(sent) = allocating.pending(&ns, &name) {
+        if is_current(&sent.metadata, desired) {
+            *seen = Some(sent);
+            *creating = Some(name);
+            return Ok(());
+        }
+    } else if seen.is_none() && needs_cluster_ip(desired) && !allocating.failed(&ns, &name) {
+        allocating.start(
+            &ctx.client,
+            &ctx.stores.recent,
+            ObjectRef::from_obj(h),
+            desired.clone(),
+        );
+        *seen = Some(stamped(desired));
+        *creating = Some(name);
+        return Ok(());
+    }
+    // Made here, over a pending create of an older version if any (which then finds it, 409).
+    if creating.as_deref() == Some(name.as_str()) {
+        *creating = None;
+    }
+    apply_over(ctx, &ctx.stores.recent.services, seen, desired).await
 }
 
 /// Keeps `written`, the server's answer to a write of a child, as the snapshot's view of it and

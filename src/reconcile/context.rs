@@ -14,6 +14,7 @@ use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
+use crate::reconcile::allocating::Allocating;
 use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::Indexes;
 use crate::reconcile::memo::FingerprintMemo;
@@ -43,6 +44,8 @@ pub struct Stores {
     pub index: Indexes,
     /// This process's writes of children the caches do not show yet.
     pub recent: Arc<RecentWrites>,
+    /// The Services this process is creating in the background (those that need a cluster IP).
+    pub allocating: Arc<Allocating>,
 }
 
 /// Shared state of the controller.

@@ -196,10 +196,12 @@ pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
                 .as_ref()
                 .and_then(|s| s.observed_generation)
                 .or(Some(0)),
-        rollout_done: snap
-            .statefulset
-            .as_ref()
-            .is_some_and(|s| rollout::progress(s, &snap.pods, count).done),
+        // A child still being created is part of the rollout.
+        rollout_done: snap.creating.is_none()
+            && snap
+                .statefulset
+                .as_ref()
+                .is_some_and(|s| rollout::progress(s, &snap.pods, count).done),
         pod_replacement_due: desired.replacement.is_some(),
         leader_topology: h.spec.service.topology == Topology::Leader,
         leader_observed: snap.leader != LeaderView::NotObserved,
@@ -309,6 +311,7 @@ mod tests {
             spec_problem: None,
             leader: LeaderView::NotObserved,
             replaced_pod: false,
+            creating: None,
         }
     }
 

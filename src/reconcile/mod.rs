@@ -8,6 +8,7 @@
 //! children and stay).
 
 pub mod act;
+pub mod allocating;
 pub mod conditions;
 pub mod context;
 pub mod decide;
@@ -699,6 +700,7 @@ mod tests {
                 secrets: reflector::store().0,
                 index: Default::default(),
                 recent: Default::default(),
+                allocating: Arc::new(allocating::Allocating::new(1).0),
             },
             secrets: Default::default(),
             events: crate::cluster::events::EventSink::spawn(Recorder::new(
@@ -1038,6 +1040,8 @@ mod tests {
     struct Timed {
         delay: Duration,
         log: Arc<Mutex<Vec<Span>>>,
+        /// Holds the Nth POST (from 0) to a Services collection this much longer.
+        hold_service_post: Option<(usize, Duration)>,
     }
 
     impl<S> tower::Layer<S> for Timed {
@@ -1073,8 +1077,19 @@ mod tests {
 
         fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
             let log = self.timed.log.clone();
+            let mut delay = self.timed.delay;
             let at = {
                 let mut spans = log.lock().unwrap_or_else(|p| p.into_inner());
+                let service_post = |s: &Span| s.method == "POST" && s.path.ends_with("/services");
+                if let Some((nth, longer)) = self.timed.hold_service_post {
+                    let before = spans.iter().filter(|s| service_post(s)).count();
+                    if request.method() == "POST"
+                        && request.uri().path().ends_with("/services")
+                        && before == nth
+                    {
+                        delay += longer;
+                    }
+                }
                 spans.push(Span {
                     method: request.method().to_string(),
                     path: request.uri().path().to_string(),
@@ -1084,7 +1099,6 @@ mod tests {
                 spans.len() - 1
             };
             let answer = self.inner.call(request);
-            let delay = self.timed.delay;
             Box::pin(async move {
                 tokio::time::sleep(delay).await;
                 let answer = answer.await;
@@ -1118,6 +1132,7 @@ mod tests {
         let timed = Timed {
             delay: Duration::from_millis(100),
             log: Default::default(),
+            hold_service_post: None,
         };
         let ctx = context(timed_client(&sandbox, &timed).await);
         reconcile(Arc::new(created), ctx)
@@ -1167,6 +1182,95 @@ mod tests {
             now.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Deploying")
         );
+        sandbox.shutdown().await;
+    }
+
+    /// A leader group's first pass does not wait for its leader Service, whose cluster IP the
+    /// server allocates in turn with every other's: the create runs beside the pass, later
+    /// passes see it pending, and its answer is remembered as the pass's own writes are.
+    #[tokio::test]
+    async fn a_first_pass_does_not_wait_for_its_leader_service() {
+        use crate::api::fixtures::HabitatFixture;
+        use k8s_openapi::api::core::v1::Service;
+        let (sandbox, plain) = sandbox_with_crd().await;
+        let (_, created) =
+            habitat_of(&plain, "leader", crate::api::fixtures::habitat().leader()).await;
+        // The pass's POSTs to the Services collection: the headless Service's, then, from the
+        // task beside it, the leader Service's, held for 3 s.
+        let timed = Timed {
+            delay: Duration::ZERO,
+            log: Default::default(),
+            hold_service_post: Some((1, Duration::from_secs(3))),
+        };
+        let ctx = context(timed_client(&sandbox, &timed).await);
+        let started = std::time::Instant::now();
+        reconcile(Arc::new(created.clone()), ctx.clone())
+            .await
+            .expect("the reconcile succeeds");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the pass waited for the held create: {:?}",
+            started.elapsed()
+        );
+        let now: Habitat = Api::namespaced(plain.clone(), "leader")
+            .get("redis")
+            .await
+            .expect("the Habitat");
+        assert_eq!(
+            now.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Deploying")
+        );
+        let leader_name = created.leader_service_name();
+        let services: Api<Service> = Api::namespaced(plain, "leader");
+        assert!(
+            services
+                .get_opt(&leader_name)
+                .await
+                .expect("a read")
+                .is_none(),
+            "the leader Service is not created yet"
+        );
+        // A pass meanwhile sees it pending: it does not send it again.
+        let snap = observe(&now, &ctx.stores, &Default::default(), None);
+        assert!(snap.leader_service.is_some(), "pending, so seen");
+        assert_eq!(snap.creating.as_deref(), Some(leader_name.as_str()));
+        let mut decider = decide::Decider::default();
+        let desired = decider.desired(&now, &snap);
+        assert!(
+            !decide::facts(&now, &snap, &desired).rollout_done,
+            "no Ready before the leader Service exists"
+        );
+        // Once created, the answer is what later passes see until the cache shows it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while ctx
+            .stores
+            .allocating
+            .pending("leader", &leader_name)
+            .is_some()
+        {
+            assert!(std::time::Instant::now() < deadline, "never created");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let live = services
+            .get_opt(&leader_name)
+            .await
+            .expect("a read")
+            .expect("the leader Service");
+        let seen = observe(&now, &ctx.stores, &Default::default(), None);
+        assert_eq!(seen.creating, None);
+        assert_eq!(
+            seen.leader_service.and_then(|s| s.metadata.uid),
+            live.metadata.uid,
+            "the created Service, from the memory of recent writes"
+        );
+        let posts = timed
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|s| s.method == "POST" && s.path.ends_with("/services"))
+            .count();
+        assert_eq!(posts, 2, "one create for each Service");
         sandbox.shutdown().await;
     }
 

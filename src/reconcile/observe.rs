@@ -57,6 +57,9 @@ pub struct Snapshot {
     pub headless: Option<Service>,
     /// The leader Service.
     pub leader_service: Option<Service>,
+    /// A child this process is creating in the background (a Service waiting for its cluster
+    /// IP): seen as sent, so that no pass sends it again, but not there yet.
+    pub creating: Option<String>,
     /// The PodDisruptionBudget.
     pub budget: Option<PodDisruptionBudget>,
     /// The Habitat's pods.
@@ -85,6 +88,32 @@ where
         .get(&ObjectRef::new(name).within(&ns))
         .map(|o| (*o).clone());
     recent.fresher(&ns, name, cached)
+}
+
+/// The Service `name` of `h`'s namespace: as [`get`], or as sent while this process creates it
+/// in the background ([`Allocating`](crate::reconcile::allocating::Allocating)), which `creating`
+/// then names.
+fn service(
+    stores: &Stores,
+    h: &Habitat,
+    name: &str,
+    creating: &mut Option<String>,
+) -> Option<Service> {
+    let seen = || get(&stores.services, &stores.recent.services, h, name);
+    seen().or_else(|| {
+        match stores
+            .allocating
+            .pending(&h.namespace().unwrap_or_default(), name)
+        {
+            Some(sent) => {
+                *creating = Some(name.to_string());
+                Some(sent)
+            }
+            // The create may have ended since the first look: its answer is remembered before
+            // it stops being pending.
+            None => seen(),
+        }
+    })
 }
 
 /// Reads the snapshot of `h` from the caches, through their indexes: it touches the objects of
@@ -129,6 +158,7 @@ pub fn observe(
         })
         .collect();
     let recent = &stores.recent;
+    let mut creating = None;
     let mut key = ring::resolve(h, secrets);
     if let (KeyState::ToGenerate { .. }, Some(k)) = (&key, generated) {
         key = KeyState::Ready(k);
@@ -141,13 +171,9 @@ pub fn observe(
             h,
             &h.peer_config_name(),
         ),
-        headless: get(&stores.services, &recent.services, h, &name),
-        leader_service: get(
-            &stores.services,
-            &recent.services,
-            h,
-            &h.leader_service_name(),
-        ),
+        headless: service(stores, h, &name, &mut creating),
+        leader_service: service(stores, h, &h.leader_service_name(), &mut creating),
+        creating,
         budget: get(&stores.budgets, &recent.budgets, h, &name),
         pods,
         bound_pods,

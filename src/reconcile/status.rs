@@ -411,7 +411,8 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
         ),
     });
 
-    let available = ready_replicas == count && f.rollout_done;
+    // A Service still being created leaves the rollout undone, not the replicas unavailable.
+    let available = ready_replicas == count && (f.rollout_done || s.creating.is_some());
     out.push(if available {
         Desired::new(
             T::Available,

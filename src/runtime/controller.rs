@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use crate::api::{Habitat, LABEL_MANAGED_BY, LABEL_NAME, LABEL_RING, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::cluster::events::{EventSink, Recorder};
+use crate::reconcile::allocating::{self, Allocating};
 use crate::reconcile::context::{Context, Stores};
 use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::{self, Indexes};
@@ -424,6 +425,8 @@ pub async fn run(
         &turns,
     );
     let controller = Controller::for_shared_stream(habitat_stream, habitat_store.clone());
+    // The Habitats whose Service failed to be created in the background: reconciled again.
+    let (allocating, allocation_failed) = Allocating::new(allocating::IN_FLIGHT);
     let _ = habitats.set(habitat_store.clone());
     let by_secret = index.clone();
     let by_pod = (habitat_store.clone(), index.clone());
@@ -440,6 +443,7 @@ pub async fn run(
             secrets: secret_store.clone(),
             index,
             recent: Default::default(),
+            allocating: Arc::new(allocating),
         },
         secrets: reader,
         events: EventSink::spawn(Recorder::new(
@@ -490,6 +494,7 @@ pub async fn run(
         .watches_shared_stream(secrets, move |s: Arc<PartialObjectMeta<Secret>>| {
             referencing(&by_secret, &s)
         })
+        .reconcile_on(allocation_failed)
         .reconcile_all_on(futures::stream::unfold(api_back, |n| async move {
             n.notified().await;
             Some(((), n))
