@@ -75,7 +75,7 @@ where
     if !cached {
         // Created meanwhile (by this operator's earlier pass the cache has not shown yet, or by
         // someone else): applied over, as any existing child.
-        if let Some(created) = post(&api, &stamped).await.map_err(failed("create"))? {
+        if let Some(created) = create(client, desired).await? {
             return Ok(created);
         }
     }
@@ -119,28 +119,19 @@ where
         + Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
-    post(&api, &stamped(desired))
-        .await
-        .map_err(|source| Error::Apply {
-            action: "create",
-            kind: K::kind(&()).into_owned(),
-            name: desired.name_any(),
-            source,
-        })
-}
-
-async fn post<K>(api: &Api<K>, stamped: &K) -> Result<Option<K>, kube::Error>
-where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
-{
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match api.create(&params, stamped).await {
+    match api.create(&params, &stamped(desired)).await {
         Ok(created) => Ok(Some(created)),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-        Err(e) => Err(e),
+        Err(source) => Err(Error::Apply {
+            action: "create",
+            kind: K::kind(&()).into_owned(),
+            name: desired.name_any(),
+            source,
+        }),
     }
 }
 

@@ -219,8 +219,9 @@ where
 
 /// Applies a Service as [`apply_over`] does, but creates one that needs a cluster IP in the
 /// background ([`Allocating`](crate::reconcile::allocating::Allocating)): the pass goes on with
-/// the Service as sent. A create under way of the same desired Service is left to run; after a
-/// background create failed, the create is made here, so that its error ends the pass.
+/// the Service as sent. A create under way of the same desired Service is left to run; one the
+/// background handed back (it failed, or the name was taken) is applied here, so that an error
+/// ends the pass and a Service of that name is taken over.
 async fn apply_service(
     ctx: &Context,
     h: &Habitat,
@@ -237,7 +238,7 @@ async fn apply_service(
             *creating = Some(name);
             return Ok(());
         }
-    } else if seen.is_none() && needs_cluster_ip(desired) && !allocating.failed(&ns, &name) {
+    } else if !allocating.handed_back(&ns, &name) && seen.is_none() && needs_cluster_ip(desired) {
         allocating.start(
             &ctx.client,
             &ctx.stores.recent,

@@ -12,8 +12,9 @@
 //! later passes see it as pending ([`Allocating::pending`]) until the server answers; meanwhile
 //! the Habitat's rollout is not done, so it does not become Ready without it. The answer is then
 //! remembered like any write ([`RecentWrites`]), and its watch event wakes the Habitat. A create
-//! that fails wakes its Habitat too, and the next pass makes it again in the reconcile itself
-//! ([`Allocating::failed`]), where the error is reported and backed off as any other.
+//! that fails, or finds the name taken, wakes its Habitat too, and hands the Service back: the
+//! next pass applies it in the reconcile itself ([`Allocating::handed_back`]), where an error is
+//! reported and backed off as any other, and a Service of that name is taken over as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,8 +37,9 @@ pub const IN_FLIGHT: usize = 8;
 enum State {
     /// The create runs; the object is the one sent (with its fingerprint).
     Pending(Box<Service>),
-    /// The last create made in the background failed.
-    Failed,
+    /// The last create made in the background did not create it (it failed, or the name was
+    /// taken): the next pass applies it itself.
+    HandedBack,
 }
 
 /// The Services being created in the background, by (namespace, name).
@@ -57,7 +59,7 @@ pub fn needs_cluster_ip(svc: &Service) -> bool {
 
 impl Allocating {
     /// A registry with `in_flight` creates at a time, and the stream of the Habitats whose
-    /// background create failed (for the controller to reconcile).
+    /// background create handed its Service back (for the controller to reconcile).
     pub fn new(in_flight: usize) -> (Self, impl Stream<Item = ObjectRef<Habitat>> + Send) {
         let (wake, woken) = mpsc::unbounded_channel();
         let allocating = Allocating {
@@ -81,12 +83,13 @@ impl Allocating {
         }
     }
 
-    /// Whether the last background create of `namespace/name` failed; forgets it, so that the
-    /// caller makes the next one itself.
-    pub fn failed(&self, namespace: &str, name: &str) -> bool {
+    /// Whether the last background create of `namespace/name` handed it back; forgets it, so
+    /// that the caller applies it itself. (An entry whose Habitat is never reconciled again stays:
+    /// one per Service a create failed for.)
+    pub fn handed_back(&self, namespace: &str, name: &str) -> bool {
         let key = (namespace.to_string(), name.to_string());
         let mut creates = self.lock();
-        if matches!(creates.get(&key), Some(State::Failed)) {
+        if matches!(creates.get(&key), Some(State::HandedBack)) {
             creates.remove(&key);
             return true;
         }
@@ -126,23 +129,23 @@ impl Allocating {
             let result = create(&client, &svc).await;
             let mut creates = creates.lock().unwrap_or_else(|p| p.into_inner());
             match result {
-                // Created meanwhile (by a pass that applied a newer version): the cache tells.
-                Ok(None) => {
-                    creates.remove(&key);
-                }
                 Ok(Some(mut written)) => {
                     // Remembered before the pending entry goes, so that no pass finds neither.
                     written.slim();
                     recent.services.record(None, &written);
                     creates.remove(&key);
+                    return;
                 }
+                // The name is taken: by a pass that applied a newer version meanwhile, or by
+                // another writer, whose Service the next pass takes over.
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(namespace = %key.0, name = %key.1, error = %e, "creating the Service failed; the next reconcile makes it again");
-                    creates.insert(key, State::Failed);
-                    drop(creates);
-                    let _ = wake.send(owner);
                 }
             }
+            creates.insert(key, State::HandedBack);
+            drop(creates);
+            let _ = wake.send(owner);
         });
     }
 
@@ -198,7 +201,10 @@ mod tests {
             crate::cluster::apply::is_current(&sent.metadata, &svc),
             "the pending Service carries the fingerprint of the desired one"
         );
-        assert!(!allocating.failed("ns", "redis-leader"), "not failed yet");
+        assert!(
+            !allocating.handed_back("ns", "redis-leader"),
+            "not failed yet"
+        );
         // Started again while it runs: no second create.
         allocating.start(&client, &recent, owner_ref.clone(), svc);
         let woke = tokio::time::timeout(std::time::Duration::from_secs(10), woken.next())
@@ -208,8 +214,8 @@ mod tests {
         assert_eq!(woke, owner_ref);
         assert_eq!(owner.meta().name.as_deref(), Some(woke.name.as_str()));
         assert!(allocating.pending("ns", "redis-leader").is_none());
-        assert!(allocating.failed("ns", "redis-leader"));
-        assert!(!allocating.failed("ns", "redis-leader"), "told once");
+        assert!(allocating.handed_back("ns", "redis-leader"));
+        assert!(!allocating.handed_back("ns", "redis-leader"), "told once");
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(200), woken.next())
                 .await

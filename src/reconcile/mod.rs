@@ -1274,6 +1274,77 @@ mod tests {
         sandbox.shutdown().await;
     }
 
+    /// A leader Service whose name is taken (by a Service another writer made) is handed back by
+    /// the background create, and the next pass takes it over, as a create in the pass did.
+    #[tokio::test]
+    async fn a_taken_leader_service_name_is_taken_over_by_the_next_pass() {
+        use crate::api::fixtures::HabitatFixture;
+        use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+        let (sandbox, client) = sandbox_with_crd().await;
+        let (_, created) =
+            habitat_of(&client, "taken", crate::api::fixtures::habitat().leader()).await;
+        let leader_name = created.leader_service_name();
+        let services: Api<Service> = Api::namespaced(client.clone(), "taken");
+        let other = Service {
+            metadata: kube::api::ObjectMeta {
+                name: Some(leader_name.clone()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        services
+            .create(&PostParams::default(), &other)
+            .await
+            .expect("another writer's Service");
+        let ctx = context(client.clone());
+        reconcile(Arc::new(created.clone()), ctx.clone())
+            .await
+            .expect("the first pass succeeds");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while ctx
+            .stores
+            .allocating
+            .pending("taken", &leader_name)
+            .is_some()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the create never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let now: Habitat = Api::namespaced(client.clone(), "taken")
+            .get("redis")
+            .await
+            .expect("the Habitat");
+        reconcile(Arc::new(now), ctx.clone())
+            .await
+            .expect("the next pass succeeds");
+        let live = services
+            .get(&leader_name)
+            .await
+            .expect("the leader Service");
+        assert!(
+            live.annotations()
+                .contains_key(crate::cluster::apply::FINGERPRINT_ANNOTATION),
+            "not taken over: {:?}",
+            live.metadata
+        );
+        assert!(ctx
+            .stores
+            .allocating
+            .pending("taken", &leader_name)
+            .is_none());
+        sandbox.shutdown().await;
+    }
+
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
     /// before: creating the first child is refused with 403 NamespaceTerminating. The
     /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
