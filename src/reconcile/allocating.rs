@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::api::Habitat;
 use crate::cluster::apply::{create, stamped};
+use crate::error::Disposition;
 use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::slim::Slim;
 
@@ -139,6 +140,11 @@ impl Allocating {
                 // The name is taken: by a pass that applied a newer version meanwhile, or by
                 // another writer, whose Service the next pass takes over.
                 Ok(None) => {}
+                // The namespace is being deleted, and the Habitat with it: no warning, as a
+                // pass that meets it stops quietly (the next one does).
+                Err(e) if e.disposition() == Disposition::NamespaceTerminating => {
+                    tracing::debug!(namespace = %key.0, name = %key.1, "the namespace is being deleted; the Service is not created");
+                }
                 Err(e) => {
                     tracing::warn!(namespace = %key.0, name = %key.1, error = %e, "creating the Service failed; the next reconcile makes it again");
                 }

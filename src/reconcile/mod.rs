@@ -1345,6 +1345,71 @@ mod tests {
         sandbox.shutdown().await;
     }
 
+    /// A leader Service created in the background in a namespace that is being deleted is
+    /// refused (403, NamespaceTerminating): no warning, as a pass that meets it stops quietly
+    /// (tests/e2e.rs met it as a warning, when the namespace went while groups converged).
+    #[tokio::test]
+    async fn a_background_create_in_a_terminating_namespace_warns_nothing() {
+        use crate::api::fixtures::HabitatFixture;
+        use futures::StreamExt;
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+            type Writer = Captured;
+            fn make_writer(&'a self) -> Self::Writer {
+                self.clone()
+            }
+        }
+        let (sandbox, client) = sandbox_with_crd().await;
+        let (_, h) = habitat_in(&client, "ending", Some(vec![FINALIZER.into()])).await;
+        // The Habitat's finalizer keeps the namespace terminating.
+        Api::<Namespace>::all(client.clone())
+            .delete("ending", &DeleteParams::default())
+            .await
+            .expect("namespace deletion starts");
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let _logs = tracing::subscriber::set_default(subscriber);
+        let (allocating, woken) = allocating::Allocating::new(1);
+        let mut woken = Box::pin(woken);
+        let mut leader = h.clone().leader();
+        leader.metadata = h.metadata.clone();
+        let svc = crate::children::workload(&leader, None)
+            .leader
+            .expect("a leader group's Services")
+            .0;
+        allocating.start(
+            &client,
+            &Default::default(),
+            kube::runtime::reflector::ObjectRef::from_obj(&h),
+            svc.clone(),
+        );
+        tokio::time::timeout(Duration::from_secs(10), woken.next())
+            .await
+            .expect("the create ended within 10 s")
+            .expect("its Habitat woken");
+        assert!(allocating.handed_back("ending", &svc.name_any()));
+        let logs = String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(|p| p.into_inner()))
+            .to_string();
+        assert!(!logs.contains("WARN"), "warned: {logs}");
+        sandbox.shutdown().await;
+    }
+
     /// The namespace of a Habitat is deleted while the reconciler still holds a copy from
     /// before: creating the first child is refused with 403 NamespaceTerminating. The
     /// reconcile stops quietly: no error, no Warning Event, no error metrics, no backoff.
