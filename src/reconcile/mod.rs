@@ -1185,6 +1185,18 @@ mod tests {
         sandbox.shutdown().await;
     }
 
+    /// Waits (at most 10 s) until the background create of `namespace/name` has ended.
+    async fn until_created(ctx: &Context, namespace: &str, name: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while ctx.stores.allocating.pending(namespace, name).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the create of {namespace}/{name} never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// A leader group's first pass does not wait for its leader Service, whose cluster IP the
     /// server allocates in turn with every other's: the create runs beside the pass, later
     /// passes see it pending, and its answer is remembered as the pass's own writes are.
@@ -1241,16 +1253,7 @@ mod tests {
             "no Ready before the leader Service exists"
         );
         // Once created, the answer is what later passes see until the cache shows it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while ctx
-            .stores
-            .allocating
-            .pending("leader", &leader_name)
-            .is_some()
-        {
-            assert!(std::time::Instant::now() < deadline, "never created");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_created(&ctx, "leader", &leader_name).await;
         let live = services
             .get_opt(&leader_name)
             .await
@@ -1307,19 +1310,7 @@ mod tests {
         reconcile(Arc::new(created.clone()), ctx.clone())
             .await
             .expect("the first pass succeeds");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while ctx
-            .stores
-            .allocating
-            .pending("taken", &leader_name)
-            .is_some()
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the create never ended"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_created(&ctx, "taken", &leader_name).await;
         let now: Habitat = Api::namespaced(client.clone(), "taken")
             .get("redis")
             .await
