@@ -15,9 +15,13 @@
 //! that fails, or finds the name taken, wakes its Habitat too, and hands the Service back: the
 //! next pass applies it in the reconcile itself ([`Allocating::handed_back`]), where an error is
 //! reported and backed off as any other, and a Service of that name is taken over as before.
+//! A create refused because the namespace is being deleted is dropped: its Habitat goes with the
+//! namespace. A Service handed back to a Habitat that is never reconciled again (deleted while
+//! its create ran) is forgotten after [`HANDED_BACK_FOR`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use k8s_openapi::api::core::v1::Service;
@@ -35,12 +39,18 @@ use crate::reconcile::slim::Slim;
 /// in flight would only wait in its line, and hold its requests.
 pub const IN_FLIGHT: usize = 8;
 
+/// How long a Service handed back waits for its Habitat's next pass. Every Habitat is reconciled
+/// again within its backoff or resync, both far shorter: an entry this old belongs to a Habitat
+/// that is gone. Forgetting one early costs nothing but a round trip: the next pass starts
+/// another background create, which hands the Service back again if the name is still taken.
+pub const HANDED_BACK_FOR: Duration = Duration::from_secs(15 * 60);
+
 enum State {
     /// The create runs; the object is the one sent (with its fingerprint).
     Pending(Box<Service>),
     /// The last create made in the background did not create it (it failed, or the name was
-    /// taken): the next pass applies it itself.
-    HandedBack,
+    /// taken), at this instant: the next pass applies it itself.
+    HandedBack(Instant),
 }
 
 /// The Services being created in the background, by (namespace, name).
@@ -85,12 +95,11 @@ impl Allocating {
     }
 
     /// Whether the last background create of `namespace/name` handed it back; forgets it, so
-    /// that the caller applies it itself. (An entry whose Habitat is never reconciled again stays:
-    /// one per Service a create failed for.)
+    /// that the caller applies it itself.
     pub fn handed_back(&self, namespace: &str, name: &str) -> bool {
         let key = (namespace.to_string(), name.to_string());
         let mut creates = self.lock();
-        if matches!(creates.get(&key), Some(State::HandedBack)) {
+        if matches!(creates.get(&key), Some(State::HandedBack(_))) {
             creates.remove(&key);
             return true;
         }
@@ -117,6 +126,7 @@ impl Allocating {
             if matches!(creates.get(&key), Some(State::Pending(_))) {
                 return;
             }
+            forget_stale(&mut creates, Instant::now());
             creates.insert(key.clone(), State::Pending(Box::new(stamped(&svc))));
         }
         let (client, recent) = (client.clone(), recent.clone());
@@ -141,15 +151,17 @@ impl Allocating {
                 // another writer, whose Service the next pass takes over.
                 Ok(None) => {}
                 // The namespace is being deleted, and the Habitat with it: no warning, as a
-                // pass that meets it stops quietly (the next one does).
+                // pass that meets it stops quietly, and nothing to hand back.
                 Err(e) if e.disposition() == Disposition::NamespaceTerminating => {
                     tracing::debug!(namespace = %key.0, name = %key.1, "the namespace is being deleted; the Service is not created");
+                    creates.remove(&key);
+                    return;
                 }
                 Err(e) => {
                     tracing::warn!(namespace = %key.0, name = %key.1, error = %e, "creating the Service failed; the next reconcile makes it again");
                 }
             }
-            creates.insert(key, State::HandedBack);
+            creates.insert(key, State::HandedBack(Instant::now()));
             drop(creates);
             let _ = wake.send(owner);
         });
@@ -158,6 +170,14 @@ impl Allocating {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), State>> {
         self.creates.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Forgets the Services handed back longer than [`HANDED_BACK_FOR`] before `now`.
+fn forget_stale(creates: &mut HashMap<(String, String), State>, now: Instant) {
+    creates.retain(|_, state| match state {
+        State::Pending(_) => true,
+        State::HandedBack(at) => now.saturating_duration_since(*at) < HANDED_BACK_FOR,
+    });
 }
 
 #[cfg(test)]
@@ -173,6 +193,28 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// A Service handed back to a Habitat that never came for it (deleted while its create ran)
+    /// is forgotten once it is older than `HANDED_BACK_FOR`; creates under way are kept.
+    #[test]
+    fn a_service_handed_back_long_ago_is_forgotten() {
+        let at = Instant::now();
+        let key = |name: &str| ("ns".to_string(), name.to_string());
+        let mut creates = HashMap::from([
+            (key("old"), State::HandedBack(at)),
+            (
+                key("recent"),
+                State::HandedBack(at + Duration::from_secs(60)),
+            ),
+            (key("running"), State::Pending(Box::new(service(None)))),
+        ]);
+        forget_stale(&mut creates, at + HANDED_BACK_FOR - Duration::from_secs(1));
+        assert_eq!(creates.len(), 3, "none is stale yet");
+        forget_stale(&mut creates, at + HANDED_BACK_FOR);
+        let mut left: Vec<&str> = creates.keys().map(|(_, name)| name.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["recent", "running"]);
     }
 
     #[test]
