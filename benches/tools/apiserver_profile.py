@@ -10,6 +10,10 @@ takes kube-apiserver's CPU profiles back to back (`/debug/pprof/profile?seconds=
 `kubectl get --raw`) until the server stops answering, and writes each with its start and end
 time (`PROFILES/index`).
 
+`capture-kcm` does the same for kube-controller-manager: its secure port is read from its
+command line (the process whose arguments name the control plane's directory), and the
+profiles are fetched with the admin kubeconfig's token.
+
 `runs` finds each run's window in the audit log (from its first Habitat create to its last
 status write, in its namespace: `benches/tools/audit_timeline.py` names them), keeps the
 profiles that lie at least 60% inside a window, and prints, for the plain floor's runs, the
@@ -19,17 +23,26 @@ share grew most from the plain floor's runs, and from the required floor's, to t
 seconds per second of its profiles, times its runs' mean length. A frame's figure includes its
 callees, and a sample counts once under each frame of the list it passes through.
 
+`packages` prints, for the same runs, the CPU seconds per run under each Go package a sample
+passes through (the controllers of kube-controller-manager among them), for profiles of either
+process.
+
 Reads the profiles itself (gzipped `profile.proto`), so it needs only python3 and kubectl.
-Used in docs/performance.md (twenty-ninth pass).
+Used in docs/performance.md (twenty-ninth and thirty-sixth passes).
+
+    python3 benches/tools/apiserver_profile.py capture-kcm bench.err KCM_PROFILES
+    python3 benches/tools/apiserver_profile.py packages DIR/audit-*.log KCM_PROFILES
 """
 import collections
 import gzip
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import datetime
 
 # The share of a profile that must lie inside a run's window for it to count for that run.
@@ -67,33 +80,74 @@ FRAMES = (
 )
 
 
-def capture(stderr_path, out):
-    os.makedirs(out, exist_ok=True)
-    kubeconfig = None
-    while kubeconfig is None:
+def admin_kubeconfig(stderr_path):
+    """The admin kubeconfig the benchmark's stderr names, once it does."""
+    while True:
         try:
             m = re.search(r"admin kubeconfig (\S+?)\)", open(stderr_path).read())
-            kubeconfig = m and m.group(1)
+            if m:
+                return m.group(1)
         except OSError:
             pass
         time.sleep(0.2)
-    print(f"kube-apiserver of {kubeconfig}", flush=True)
+
+
+def record(out, fetch):
+    """Profiles from `fetch()` (the body, or None once the process stops answering), back to
+    back, each with its start and end time in `out/index`."""
+    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "index"), "a") as index:
         i = 0
         while True:
             began = time.time()
-            r = subprocess.run(
-                ["kubectl", "--kubeconfig", kubeconfig, "get", "--raw",
-                 f"/debug/pprof/profile?seconds={SECONDS}"],
-                capture_output=True)
-            if r.returncode != 0:
+            body = fetch()
+            if body is None:
                 break
             with open(os.path.join(out, f"p{i}.pb.gz"), "wb") as f:
-                f.write(r.stdout)
+                f.write(body)
             index.write(f"{i} {began} {time.time()}\n")
             index.flush()
             i += 1
     print(f"{i} profiles in {out}")
+
+
+def capture(stderr_path, out):
+    kubeconfig = admin_kubeconfig(stderr_path)
+    print(f"kube-apiserver of {kubeconfig}", flush=True)
+
+    def fetch():
+        r = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", "--raw",
+             f"/debug/pprof/profile?seconds={SECONDS}"],
+            capture_output=True)
+        return r.stdout if r.returncode == 0 else None
+    record(out, fetch)
+
+
+def capture_kcm(stderr_path, out):
+    kubeconfig = admin_kubeconfig(stderr_path)
+    token = re.search(r"token:\s*(\S+)", open(kubeconfig).read()).group(1)
+    directory, port = os.path.dirname(kubeconfig), None
+    while port is None:
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        for line in ps.splitlines():
+            m = re.search(r"--secure-port=(\d+)", line)
+            if m and "kube-controller-manager" in line and directory in line:
+                port = m.group(1)
+        time.sleep(0.5)
+    print(f"kube-controller-manager on port {port} of {kubeconfig}", flush=True)
+    # Its serving certificate is self-signed; the profile is all that is read over it.
+    tls = ssl.create_default_context()
+    tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
+    url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={SECONDS}"
+
+    def fetch():
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            return urllib.request.urlopen(request, context=tls, timeout=SECONDS + 10).read()
+        except OSError:
+            return None
+    record(out, fetch)
 
 
 def varint(b, i):
@@ -198,11 +252,13 @@ def windows(audit):
     return {ns: tuple(w) for ns, w in found.items() if None not in w}
 
 
-def runs(audit, profiles):
+def kinds_profiles(audit, profiles):
+    """For each kind of run that has profiles inside its windows: its runs' count and mean
+    length, the profiles' files, and the seconds they cover."""
     index = [line.split() for line in open(os.path.join(profiles, "index"))]
-    per_kind = {}
+    found = windows(audit)
     for kind, pattern in KINDS:
-        spans = [w for ns, w in windows(audit).items() if pattern.match(ns or "")]
+        spans = [w for ns, w in found.items() if pattern.match(ns or "")]
         files, covered = [], 0.0
         for a, b in spans:
             for i, t0, t1 in index:
@@ -210,9 +266,41 @@ def runs(audit, profiles):
                 if max(0.0, min(b, t1) - max(a, t0)) >= INSIDE * (t1 - t0):
                     files.append(os.path.join(profiles, f"p{i}.pb.gz"))
                     covered += t1 - t0
-        if not files:
-            continue
-        length = sum(b - a for a, b in spans) / len(spans)
+        if files:
+            yield kind, len(spans), sum(b - a for a, b in spans) / len(spans), files, covered
+
+
+# A Go package: a function's name up to its last `/`-separated part's first `.`.
+PACKAGE = re.compile(r"^((?:[^/(]*/)*[^./(]+)")
+
+
+def packages(audit, profiles):
+    per_kind = {}
+    for kind, count, length, files, covered in kinds_profiles(audit, profiles):
+        every, total = collections.Counter(), 0
+        for path in files:
+            for stack, ns in samples(path):
+                total += ns
+                for p in {m.group(1) for m in map(PACKAGE.match, stack) if m}:
+                    every[p] += ns
+        scale = length / covered / 1e9
+        per_kind[kind] = (count, len(files), length, total * scale,
+                          {k: v * scale for k, v in every.items()})
+    kinds = [k for k, _ in KINDS if k in per_kind]
+    print("CPU s per run, from the profiles inside each run's window, by Go package")
+    print(f"{'':60s}" + "".join(f"{k:>16s}" for k in kinds))
+    print(f"{'runs, profiles':60s}" + "".join(
+        f"{f'{per_kind[k][0]}, {per_kind[k][1]}':>16s}" for k in kinds))
+    print(f"{'run length (s)':60s}" + "".join(f"{per_kind[k][2]:16.2f}" for k in kinds))
+    print(f"{'all':60s}" + "".join(f"{per_kind[k][3]:16.2f}" for k in kinds))
+    last = per_kind[kinds[-1]][4]
+    for p in sorted(set().union(*(per_kind[k][4] for k in kinds)), key=lambda p: -last.get(p, 0))[:40]:
+        print(f"{p[:60]:60s}" + "".join(f"{per_kind[k][4].get(p, 0):16.2f}" for k in kinds))
+
+
+def runs(audit, profiles):
+    per_kind = {}
+    for kind, count, length, files, covered in kinds_profiles(audit, profiles):
         frames, every, total = collections.Counter(), collections.Counter(), 0
         for path in files:
             for stack, ns in samples(path):
@@ -224,7 +312,7 @@ def runs(audit, profiles):
                 for f in set(stack):
                     every[f] += ns
         scale = length / covered / 1e9
-        per_kind[kind] = (len(spans), len(files), length, total * scale,
+        per_kind[kind] = (count, len(files), length, total * scale,
                           {k: v * scale for k, v in frames.items()},
                           {k: v * scale for k, v in every.items()})
     kinds = [k for k, _ in KINDS if k in per_kind]
@@ -248,9 +336,8 @@ def runs(audit, profiles):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "capture":
-        capture(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 4 and sys.argv[1] == "runs":
-        runs(sys.argv[2], sys.argv[3])
+    commands = {"capture": capture, "capture-kcm": capture_kcm, "runs": runs, "packages": packages}
+    if len(sys.argv) == 4 and sys.argv[1] in commands:
+        commands[sys.argv[1]](sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
