@@ -270,6 +270,19 @@ def kinds_profiles(audit, profiles):
             yield kind, len(spans), sum(b - a for a, b in spans) / len(spans), files, covered
 
 
+def heading(per_kind, title, width):
+    """Prints `title` and the rows every table starts with (each kind's runs and profiles, its
+    runs' mean length, its CPU seconds per run in all); returns the kinds in table order."""
+    kinds = [k for k, _ in KINDS if k in per_kind]
+    print(title)
+    print(f"{'':{width}s}" + "".join(f"{k:>16s}" for k in kinds))
+    print(f"{'runs, profiles':{width}s}" + "".join(
+        f"{f'{per_kind[k][0]}, {per_kind[k][1]}':>16s}" for k in kinds))
+    print(f"{'run length (s)':{width}s}" + "".join(f"{per_kind[k][2]:16.2f}" for k in kinds))
+    print(f"{'all':{width}s}" + "".join(f"{per_kind[k][3]:16.2f}" for k in kinds))
+    return kinds
+
+
 # A Go package: a function's name up to its last `/`-separated part's first `.`.
 PACKAGE = re.compile(r"^((?:[^/(]*/)*[^./(]+)")
 
@@ -286,13 +299,7 @@ def packages(audit, profiles):
         scale = length / covered / 1e9
         per_kind[kind] = (count, len(files), length, total * scale,
                           {k: v * scale for k, v in every.items()})
-    kinds = [k for k, _ in KINDS if k in per_kind]
-    print("CPU s per run, from the profiles inside each run's window, by Go package")
-    print(f"{'':60s}" + "".join(f"{k:>16s}" for k in kinds))
-    print(f"{'runs, profiles':60s}" + "".join(
-        f"{f'{per_kind[k][0]}, {per_kind[k][1]}':>16s}" for k in kinds))
-    print(f"{'run length (s)':60s}" + "".join(f"{per_kind[k][2]:16.2f}" for k in kinds))
-    print(f"{'all':60s}" + "".join(f"{per_kind[k][3]:16.2f}" for k in kinds))
+    kinds = heading(per_kind, "CPU s per run, from the profiles inside each run's window, by Go package", 60)
     last = per_kind[kinds[-1]][4]
     for p in sorted(set().union(*(per_kind[k][4] for k in kinds)), key=lambda p: -last.get(p, 0))[:40]:
         print(f"{p[:60]:60s}" + "".join(f"{per_kind[k][4].get(p, 0):16.2f}" for k in kinds))
@@ -315,13 +322,7 @@ def runs(audit, profiles):
         per_kind[kind] = (count, len(files), length, total * scale,
                           {k: v * scale for k, v in frames.items()},
                           {k: v * scale for k, v in every.items()})
-    kinds = [k for k, _ in KINDS if k in per_kind]
-    print("kube-apiserver CPU s per run, from its profiles inside each run's window")
-    print(f"{'':28s}" + "".join(f"{k:>16s}" for k in kinds))
-    print(f"{'runs, profiles':28s}" + "".join(
-        f"{f'{per_kind[k][0]}, {per_kind[k][1]}':>16s}" for k in kinds))
-    print(f"{'run length (s)':28s}" + "".join(f"{per_kind[k][2]:16.2f}" for k in kinds))
-    print(f"{'all':28s}" + "".join(f"{per_kind[k][3]:16.2f}" for k in kinds))
+    kinds = heading(per_kind, "kube-apiserver CPU s per run, from its profiles inside each run's window", 28)
     for label, _ in FRAMES:
         print(f"{label:28s}" + "".join(f"{per_kind[k][4].get(label, 0):16.2f}" for k in kinds))
     for base in ("plain floor", "required floor"):
