@@ -47,19 +47,31 @@ pub fn stamped<K: Resource + Serialize + Clone>(desired: &K) -> K {
     stamped
 }
 
+/// A kind of child the operator writes: namespaced, of a fixed type, and (de)serializable.
+pub trait Child:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + Debug
+{
+}
+
+impl<K> Child for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+{
+}
+
 /// Writes `desired` (stamped with its fingerprint) and returns the live object. A child the
 /// cache does not hold (`cached` false) is created with a POST; one that exists is server-side
 /// applied, and its fields moved from a create's entry to the apply's first when the create's
 /// entry owns one the apply does not ([`ownership`](super::ownership)): the apply is then sent
 /// again, so that it removes what the operator no longer sets.
-pub async fn apply<K>(client: &Client, desired: &K, cached: bool) -> Result<K, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + Debug,
-{
+pub async fn apply<K: Child>(client: &Client, desired: &K, cached: bool) -> Result<K, Error> {
     let name = desired.name_any();
     let stamped = stamped(desired);
     let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
@@ -110,14 +122,7 @@ where
 
 /// Creates `desired` (stamped with its fingerprint) with a POST, as [`apply`] does for a child
 /// the cache does not hold; `None` when it exists already (409), whatever it holds.
-pub async fn create<K>(client: &Client, desired: &K) -> Result<Option<K>, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + Debug,
-{
+pub async fn create<K: Child>(client: &Client, desired: &K) -> Result<Option<K>, Error> {
     let api: Api<K> = Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),

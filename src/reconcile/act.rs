@@ -205,12 +205,7 @@ async fn apply_over<K>(
     desired: &K,
 ) -> Result<(), Error>
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Slim,
+    K: crate::cluster::apply::Child + Slim,
 {
     let written = apply(&ctx.client, desired, seen.is_some()).await?;
     remember(ctx, recent, seen, written);

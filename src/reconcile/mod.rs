@@ -1185,6 +1185,17 @@ mod tests {
         sandbox.shutdown().await;
     }
 
+    /// A Habitat with the operator's finalizer in `namespace`, whose deletion then starts: the
+    /// finalizer keeps the namespace terminating. The Habitat as created.
+    async fn in_terminating_namespace(client: &kube::Client, namespace: &str) -> Habitat {
+        let (_, h) = habitat_in(client, namespace, Some(vec![FINALIZER.into()])).await;
+        Api::<Namespace>::all(client.clone())
+            .delete(namespace, &DeleteParams::default())
+            .await
+            .expect("namespace deletion starts");
+        h
+    }
+
     /// Waits (at most 10 s) until the background create of `namespace/name` has ended.
     async fn until_created(allocating: &allocating::Allocating, namespace: &str, name: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1365,12 +1376,7 @@ mod tests {
             }
         }
         let (sandbox, client) = sandbox_with_crd().await;
-        let (_, h) = habitat_in(&client, "ending", Some(vec![FINALIZER.into()])).await;
-        // The Habitat's finalizer keeps the namespace terminating.
-        Api::<Namespace>::all(client.clone())
-            .delete("ending", &DeleteParams::default())
-            .await
-            .expect("namespace deletion starts");
+        let h = in_terminating_namespace(&client, "ending").await;
         let captured = Captured::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(captured.clone())
@@ -1414,12 +1420,7 @@ mod tests {
     #[tokio::test]
     async fn a_terminating_namespace_stops_the_reconcile_quietly() {
         let (sandbox, client) = sandbox_with_crd().await;
-        let (_, stale) = habitat_in(&client, "going", Some(vec![FINALIZER.into()])).await;
-        // The Habitat's finalizer keeps the namespace terminating.
-        Api::<Namespace>::all(client.clone())
-            .delete("going", &DeleteParams::default())
-            .await
-            .expect("namespace deletion starts");
+        let stale = in_terminating_namespace(&client, "going").await;
 
         let ctx = context(client);
         let action = reconcile(Arc::new(stale.clone()), ctx.clone())
