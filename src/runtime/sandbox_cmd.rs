@@ -32,7 +32,7 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
         );
     }
     if let Some(path) = &args.kubeconfig_out {
-        std::fs::write(path, sandbox.kubeconfig_yaml())
+        write_whole(path, sandbox.kubeconfig_yaml().as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         println!(
             "kubeconfig written to {} (kubectl --kubeconfig {} get habitats)",
@@ -111,6 +111,19 @@ async fn nodes(kubeconfig: &Path, namespace: Option<String>) -> Result<(), Strin
 
 /// `addr` when it can be bound, otherwise a free port on the same IP (a busy default port must
 /// not stop the demo).
+/// Writes `contents` to `path` so that it appears whole: into a file beside it, renamed over
+/// it. A script or test waiting for the kubeconfig to exist reads it at once; with a plain
+/// write it could find the file created and still empty (the scenario tests' harness did).
+fn write_whole(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".{}.partial", std::process::id()));
+    let partial = PathBuf::from(partial);
+    std::fs::write(&partial, contents)?;
+    std::fs::rename(&partial, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&partial);
+    })
+}
+
 fn free_or_any(addr: std::net::SocketAddr) -> std::net::SocketAddr {
     let probe = std::net::TcpListener::bind(addr)
         .or_else(|_| std::net::TcpListener::bind((addr.ip(), 0)))
@@ -260,4 +273,37 @@ fn render(items: &[Habitat]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whoever waits for the kubeconfig to exist reads it whole, never created and still empty
+    /// or half written.
+    #[test]
+    fn a_reader_never_sees_a_partial_kubeconfig() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let contents = vec![b'k'; 8 << 20];
+        for i in 0..10 {
+            let path = dir.path().join(format!("kubeconfig-{i}"));
+            let (target, body) = (path.clone(), contents.clone());
+            let writer = std::thread::spawn(move || write_whole(&target, &body));
+            while !path.is_file() {
+                std::thread::yield_now();
+            }
+            let read = std::fs::read(&path).expect("readable once it exists");
+            assert_eq!(
+                read.len(),
+                contents.len(),
+                "round {i}: read part of the file"
+            );
+            writer.join().expect("the writer ends").expect("written");
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("listable")
+            .map(|e| e.expect("an entry").file_name())
+            .collect();
+        assert_eq!(left.len(), 10, "no partial files left: {left:?}");
+    }
 }
