@@ -8,7 +8,8 @@
 //! children, at its minimal count: the finalizer before the children, a status write once they
 //! exist (the Habitat leaves Pending), the leader label on one pod of a leader group, the Ready
 //! status, and one Event per pass (two per Habitat), written by the operator's own Event
-//! recorder. Its writes are the minimal writes of docs/performance.md, so its time is the best
+//! recorder. Its writes are the minimal set (7 per standalone Habitat, 10 per leader group: the
+//! "Minimal writes" of docs/performance.md), so its time is the best
 //! any operator can reach with them, and the operator's time over it is what the operator adds.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -267,8 +267,8 @@ impl Ground {
     /// which creates every pod, runs at that limit at N = 100. While a namespace terminates,
     /// that controller goes on trying to create the pods of its StatefulSets (each refused) and
     /// empties its budget: a run that started at once had its pods created at about 90 a second
-    /// for the whole run, one that started with a full budget at about 150 (docs/performance.md,
-    /// twenty-third pass). Two seconds with almost nothing sent fill the budget again. What
+    /// for the whole run, one that started with a full budget at about 150. Two seconds with
+    /// almost nothing sent fill the budget again. What
     /// stays after a namespace goes is a trickle of retries that find nothing, a few a second,
     /// and the Event recorder's retries of Events refused in a namespace that is gone: neither
     /// is waited for. Returns how long it waited and whether the controllers were done by then

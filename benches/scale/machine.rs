@@ -1,7 +1,8 @@
 //! The machine around a run: how much CPU went to processes other than the benchmark's own (the
 //! benchmark with its simulated nodes, the control plane it started, the operator), so that a
 //! run made beside a build says so. On this project's shared 2-core machine that was the
-//! largest source of difference between days (docs/performance.md, fourteenth pass). And how
+//! largest source of difference between days: the plain floor at N = 1000 took 127 to 145 s
+//! beside other builds and 50 to 60 s on the idle machine. And how
 //! much went to the control plane the benchmark started (kube-apiserver, etcd,
 //! kube-controller-manager): what each run cost the server, whoever made the requests.
 

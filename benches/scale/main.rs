@@ -13,11 +13,12 @@
 //!
 //! With `--rounds R`, R - 1 more rounds follow the measurement, each the plain floor, the required
 //! floor and the operator again on the same server (in an order that turns each round), and the
-//! medians of the R rounds' time ratios are reported beside each round's: on a noisy machine one
-//! set of runs says little (docs/performance.md).
+//! medians of the R rounds' time ratios are reported beside each round's: on the 2-core machine
+//! the same run of the same work took 4.2 to 7.3 s at N = 100, so one set of runs says little.
 //!
 //! `cargo bench --bench scale -- N` runs the sandbox. Prints a table per (ground, N) and writes
-//! `target/bench/results.json` (under `CARGO_TARGET_DIR` when set). See docs/performance.md.
+//! `target/bench/results.json` (under `CARGO_TARGET_DIR` when set). docs/performance.md has the
+//! method, the latest numbers and how to read them.
 
 mod floor;
 mod ground;
@@ -39,8 +40,7 @@ use report::{Breakdown, ControlPlaneRuns, Measurement, PerRun, Restart, Round, R
 /// The sandbox runs in this process: the same allocator as the `sandbox` command (src/main.rs).
 /// With glibc's malloc, allocation was 37% of the sandbox's CPU samples at N = 1000 and 41% at
 /// N = 5000 (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`); with mimalloc the sandbox
-/// ground's runs took 17 to 20% less time at both sizes, on average over four runs of each
-/// (docs/performance.md, nineteenth pass).
+/// ground's runs took 17 to 20% less time at both sizes, on average over four runs of each.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -272,10 +272,9 @@ async fn measure(kind: Kind, args: &Args, n: usize) -> Result<Measurement, Strin
 
 async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measurement, String> {
     // A fresh server is slow at first: at N = 100 on the real ground the run that came first
-    // took 9.1 to 13.7 s, the plain floor after the required floor 7.8 to 9.1 s
-    // (docs/performance.md, thirteenth pass). The plain floor's work, at most 100 Habitats of
-    // it by default, warms the server before anything is measured, so that no measured run
-    // pays for being first.
+    // took 9.1 to 13.7 s, the plain floor after the required floor 7.8 to 9.1 s. The plain
+    // floor's work, at most 100 Habitats of it by default, warms the server before anything is
+    // measured, so that no measured run pays for being first.
     let warm_up = if args.warm_up > 0 {
         let w = args.warm_up.min(n);
         let run = floor(ground, Floor::WarmUp, args, w, 1).await?;
@@ -288,9 +287,9 @@ async fn measure_on(ground: &Ground, args: &Args, n: usize) -> Result<Measuremen
     } else {
         None
     };
-    // The required floor first: the plain floor keeps its place just before the operator, as
-    // in the earlier passes. A run on a server that already ran one is a few percent slower
-    // (docs/performance.md), so the order favours the required floor, not the operator.
+    // The required floor first, so that the plain floor runs just before the operator, on a
+    // server in the same state. A run on a server that already ran one was a few percent slower
+    // at N = 1000, so the order favours the required floor, not the operator.
     let required = if args.floor && args.required_floor {
         let run = floor(ground, Floor::Required, args, n, 1).await?;
         eprintln!(
@@ -421,7 +420,7 @@ const OPERATOR_NAMESPACE: &str = "bench";
 /// never one just deleted. With the names reused, at N = 100 a run that followed a run of its own
 /// kind (in a namespace of the name just deleted, with objects of the same names) took 1.36 times
 /// as long as one that followed the other kind for the plain floor, 1.18 times for the operator;
-/// with names of their own, 1.04 and 1.08 (docs/performance.md, twenty-ninth pass).
+/// with names of their own, 1.04 and 1.08.
 fn round_namespace(first: &str, round: usize) -> String {
     if round > 1 {
         format!("{first}-round-{round}")

@@ -8,8 +8,8 @@ Children shaped like the operator's: a ConfigMap, a headless Service and a State
 created with a plain POST and with a server-side apply; a pod's address written into the
 ConfigMaps created by POST, by a merge patch and by a server-side apply; then the Habitat's own
 writes: its create, the finalizer (merge patch), a status write (merge patch and apply) and an
-Event. Twice, in opposite orders. Used in docs/performance.md (twelfth and twenty-eighth
-passes). Needs python3, PyYAML, openssl.
+Event. Twice, in opposite orders: docs/performance.md's table of what each kind of write costs
+the server comes from it. Needs python3, PyYAML, openssl.
 
     KUBEBUILDER_ASSETS=/path/to/binaries python3 benches/tools/apiserver_cost.py [N]
 """
@@ -128,8 +128,7 @@ def children(server, n, rnd):
 
 def addresses(server, n, rnd):
     """A pod's address written into the peer ConfigMaps `children` created by POST: a merge
-    patch of the data and the fingerprint (the operator's write since the twenty-eighth pass),
-    or a server-side apply of the whole ConfigMap (before)."""
+    patch of the data and the fingerprint, or a server-side apply of the whole ConfigMap."""
     ns = f"configmap-post-{rnd}"
     base = CHILDREN["ConfigMap"][0] % ns
 

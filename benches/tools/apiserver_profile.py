@@ -28,7 +28,8 @@ passes through (the controllers of kube-controller-manager among them), for prof
 process.
 
 Reads the profiles itself (gzipped `profile.proto`), so it needs only python3 and kubectl.
-Used in docs/performance.md (twenty-ninth and thirty-sixth passes).
+The tables of kube-apiserver's and kube-controller-manager's CPU per kind of run in
+docs/performance.md come from it.
 
     python3 benches/tools/apiserver_profile.py capture-kcm bench.err KCM_PROFILES
     python3 benches/tools/apiserver_profile.py packages DIR/audit-*.log KCM_PROFILES

@@ -24,7 +24,7 @@ Then the pace of kube-controller-manager's StatefulSet controller in the run's f
 requests in the run's namespace, and their latency): it creates every pod, each of its workers
 one request at a time, so a busier server slows it. And how many writes the run's client had
 in flight at once (the operator's, or the floor's), on average over the run and at most.
-Used in docs/performance.md (eighteenth and twenty-fifth passes). Needs only python3.
+Needs only python3.
 """
 import collections
 import json

@@ -13,8 +13,7 @@ retry`) and the pass's outcome (`Waiting(Rollout)`, `Waiting(Election)`, `Waitin
 For each log, reconciles per Habitat by (topology, reason, outcome), until the last transition to
 Ready (the convergence) and after it (the quiet period). A Habitat `bench-I` of the benchmark's
 workload is a leader group when I % 10 is 3, 6 or 9 (benches/scale/workload.rs). Debug logging
-costs the operator CPU: use it to count, not to time. Used in docs/performance.md (thirtieth
-pass). Needs only python3.
+costs the operator CPU: use it to count, not to time. Needs only python3.
 """
 import collections
 import re

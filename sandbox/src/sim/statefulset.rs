@@ -202,7 +202,7 @@ fn sync(inner: &mut Inner, sts: &Value, owned: &[Arc<Value>]) -> Result<(), crat
                 // kube-controller-manager's create entry names
                 // the whole pod spec, and carried in every pod's versions, watch events and
                 // answers it made the benchmark's N = 1000 a third slower and its memory a third
-                // larger (docs/performance.md, thirty-third pass).
+                // larger.
                 let pod = build_pod(sts, &tmpl, &rev, o);
                 inner.create(&t.pods, Some(&ns), pod)?;
                 if !parallel {

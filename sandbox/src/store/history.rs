@@ -7,8 +7,7 @@
 //! 75 s, at least 100 and at most 102,400 of them. The sandbox keeps [`Limits::budget`] changes of
 //! every type together, dropping the oldest first, but never a type's last [`Limits::lower`]: a
 //! window as large as the real server's held every change of the scale benchmark's run at
-//! N = 5000, and the sandbox then took 1.4 GB more memory and 18 to 31% more time
-//! (docs/performance.md, twenty-first pass).
+//! N = 5000, and the sandbox then took 1.4 GB more memory and 18 to 31% more time.
 //!
 //! Before, one window of 10,000 changes served every type: a watch of a type that changed
 //! little expired once 10,000 changes of other types had passed its resourceVersion, where
