@@ -1108,6 +1108,40 @@ async fn helm_installs_upgrades_rolls_back_and_uninstalls_the_operator_on_the_re
     env.patch("example-persisted", r#"{"spec":{"count":1}}"#);
     env.wait_phase("example-persisted", "Ready", ready).await;
 
+    // Every request of the operators came as the chart's ServiceAccount, and its RBAC refused
+    // none (the audit log; denials after the uninstall below would be the binding going first).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let user = format!("system:serviceaccount:{ns}:{release}");
+    let requests: Vec<serde_json::Value> = std::fs::read_to_string(cp.audit_log())
+        .expect("audit.log")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user.as_str())
+        .collect();
+    let denied: Vec<String> = requests
+        .iter()
+        .filter(|e| {
+            e["annotations"]["authorization.k8s.io/decision"] == "forbid"
+                || e["responseStatus"]["code"] == 403
+        })
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    eprintln!(
+        "audit: {} requests by {user}, {} denied",
+        requests.len(),
+        denied.len()
+    );
+    assert!(
+        requests.len() > 20,
+        "too few requests by {user}: {}",
+        requests.len()
+    );
+    assert!(
+        denied.is_empty(),
+        "the chart's RBAC refused {user}:\n{}",
+        denied.join("\n")
+    );
+
     // Uninstall: the chart's objects go; the CRD, the Habitat and its data stay.
     let out = helm.ok(&[&["uninstall", &release][..], &ns_args].concat());
     assert!(out.contains("uninstalled"), "{out}");
