@@ -774,7 +774,7 @@ impl DeploymentPods {
         release: &str,
         dir: &Path,
     ) -> DeploymentPods {
-        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
         use k8s_openapi::api::core::v1::Pod;
         let deployments = kube::Api::<Deployment>::namespaced(admin.clone(), ns);
         let pods_api = kube::Api::<Pod>::namespaced(admin.clone(), ns);
@@ -804,10 +804,25 @@ impl DeploymentPods {
                     break live;
                 }
             }
-            assert!(
-                began.elapsed() < Duration::from_secs(60),
-                "the Deployment {ns}/{release} has no pods of its current template"
-            );
+            if began.elapsed() > Duration::from_secs(60) {
+                // Why the ReplicaSet controller made no pod (e.g. PodSecurity's refusal).
+                let replica_sets = kube::Api::<ReplicaSet>::namespaced(admin.clone(), ns)
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter()))
+                            .flatten()
+                            .map(|c| format!("{}: {}", c.type_, c.message.as_deref().unwrap_or("")))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default();
+                panic!(
+                    "the Deployment {ns}/{release} has no pods of its current template; its \
+                     ReplicaSets' conditions: {replica_sets:?}"
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         let mut running = Vec::new();
@@ -959,6 +974,22 @@ async fn helm_installs_upgrades_rolls_back_and_uninstalls_the_operator_on_the_re
     assert!(
         !kubectl(&["get", "crd", "habitats.habitat.sh"]).0,
         "the CRD exists before helm install"
+    );
+    // The release's namespace enforces the "restricted" Pod Security Standard: the
+    // ReplicaSet controller creates no pod of a template that breaks it, and the wait for the
+    // Deployment's pods below would time out.
+    let namespace = dir.path().join("namespace.yaml");
+    std::fs::write(
+        &namespace,
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    \
+             pod-security.kubernetes.io/enforce: restricted\n"
+        ),
+    )
+    .expect("write");
+    support::kubectl_at_ok(
+        cp.admin_kubeconfig(),
+        &["apply", "-f", namespace.to_str().expect("UTF-8")],
     );
     let out = helm.ok(&[
         &["install", &release, chart, "--create-namespace"][..],
