@@ -74,7 +74,7 @@ impl Helm {
         };
         assert!(
             !helm_required(),
-            "HABITAT_REQUIRE_HELM is set but {why}: point HABITAT_HELM at a helm (v3.8 or later) \
+            "HABITAT_REQUIRE_HELM is set but {why}: point HABITAT_HELM at a helm (v4) \
              binary (.ci/run fetches one)"
         );
         eprintln!("skipped: {why} (point it at a helm binary to run the chart's tests)");
