@@ -146,7 +146,7 @@ pub struct HabitatSpec {
     /// Number of supervisors (pods). Leader topology needs at least 3, and an odd number, to
     /// keep quorum when a member is lost.
     #[serde(default = "default_count")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::api::validate::MAX_COUNT))]
     pub count: i32,
     /// The Habitat service the supervisors run.
     pub service: ServiceSpec,
@@ -173,7 +173,7 @@ pub struct ServiceSpec {
     /// The Habitat package's service name (the `name` of the package), e.g. `redis`. At most
     /// 63 characters.
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[^.#@]+$')").message("spec.service.name must be non-empty and contain no '.', '#' or '@'"))]
+    #[x_kube(validation = Rule::new(PLAIN_NAME_RULE).message("spec.service.name must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space"))]
     pub name: String,
     /// Supervisor topology: `standalone` (default) or `leader` (the supervisors elect a leader).
     #[serde(default)]
@@ -184,12 +184,13 @@ pub struct ServiceSpec {
     /// 63 characters.
     #[serde(default = "default_group")]
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[^.#@]+$')").message("spec.service.group must be non-empty and contain no '.', '#' or '@'"))]
+    #[x_kube(validation = Rule::new(PLAIN_NAME_RULE).message("spec.service.group must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space"))]
     pub group: String,
     /// Supervisor `--channel` to follow for updates. Unset: the supervisor's own default. At
     /// most 63 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9_.-]+$')").message("spec.service.channel must be 1-63 letters, digits, '_', '-' or '.'"))]
     pub channel: Option<String>,
     /// How the supervisors update the package themselves from `channel` (supervisor
     /// `--strategy`): `none` (default: never; new releases come only with a new image),
@@ -221,6 +222,7 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_OBJECT_NAME_LEN))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9_][A-Za-z0-9_-]*-[0-9]{14}$')").message("spec.service.ringSecretName must look like <ring>-<YYYYMMDDhhmmss>, e.g. prod-20170829113029"))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][-a-z0-9]*$')").message("spec.service.ringSecretName must be lower-case letters, digits and '-': it names a Secret"))]
     pub ring_secret_name: Option<String>,
     /// Encrypt gossip with the key of this ring: the Secret labelled `habitat.sh/ring=<name>`,
     /// generated when none exists. Mutually exclusive with `ringSecretName`.
@@ -258,6 +260,10 @@ impl Topology {
     }
 }
 
+/// The CEL rule of a part of a supervisor identifier (service, group, bind): what `validate`'s
+/// `plain_name` accepts, printable ASCII without the supervisor's separators (`.`, `#`, `@`,
+/// `:`) or what changes the health check's URL path (`/`, `?`, `%`).
+pub const PLAIN_NAME_RULE: &str = "self.matches('^[!-~]+$') && !self.matches('[.#@:/?%]')";
 /// The CEL rule that refuses `updateCondition: track-channel` without a channel. Every field
 /// it reads is bounded (`channel` has at most 63 characters, the condition is an enum).
 pub const TRACK_CHANNEL_RULE: &str = "!has(self.updateCondition) || self.updateCondition != 'track-channel' || (has(self.channel) && self.channel.size() > 0)";
@@ -312,9 +318,10 @@ impl UpdateCondition {
 /// A ring whose key the operator finds or generates.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct RingSpec {
-    /// Ring name: 1-38 letters, digits, `_` and `-`. The key Secret is `<name>-<revision>`.
+    /// Ring name: 1-38 lower-case letters, digits and `-`, starting and ending with a letter or
+    /// digit. The key Secret is `<name>-<revision>`, labelled `habitat.sh/ring=<name>`.
     #[schemars(length(max = MAX_RING_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9_][A-Za-z0-9_-]{0,37}$')").message("spec.service.ring.name must be 1-38 letters, digits, '_' or '-'"))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("spec.service.ring.name must be 1-38 lower-case letters, digits and '-', starting and ending with a letter or digit: the key's Secret is named and labelled after it"))]
     pub name: String,
 }
 
@@ -323,16 +330,16 @@ pub struct RingSpec {
 pub struct Bind {
     /// Bind name declared by the package (e.g. `db`). At most 63 characters.
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[^:.#@ ]+$')").message("spec.service.bind[].name must be non-empty and contain no ':', '.', '#', '@' or space"))]
+    #[x_kube(validation = Rule::new(PLAIN_NAME_RULE).message("spec.service.bind[].name must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space"))]
     pub name: String,
     /// Service name of the group bound to (e.g. `postgresql`). At most 63 characters.
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[^:.#@ ]+$')").message("spec.service.bind[].service must be non-empty and contain no ':', '.', '#', '@' or space"))]
+    #[x_kube(validation = Rule::new(PLAIN_NAME_RULE).message("spec.service.bind[].service must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space"))]
     pub service: String,
     /// Group of the service bound to. At most 63 characters.
     #[serde(default = "default_group")]
     #[schemars(length(max = MAX_HAB_NAME_LEN))]
-    #[x_kube(validation = Rule::new("self.matches('^[^:.#@ ]+$')").message("spec.service.bind[].group must be non-empty and contain no ':', '.', '#', '@' or space"))]
+    #[x_kube(validation = Rule::new(PLAIN_NAME_RULE).message("spec.service.bind[].group must be non-empty printable ASCII and contain no '.', '#', '@', ':', '/', '?', '%' or space"))]
     pub group: String,
 }
 

@@ -127,7 +127,7 @@ pub fn valid_image_reference(image: &str) -> bool {
     !parts.is_empty() && parts.iter().all(|p| path_component(p))
 }
 
-/// Most supervisors of one Habitat. The schema takes any int32; a count in the millions would
+/// Most supervisors of one Habitat (the schema's `maximum` too): a count in the millions would
 /// only make a StatefulSet the cluster cannot schedule, so the operator refuses it.
 pub const MAX_COUNT: i32 = 1000;
 
