@@ -12,6 +12,7 @@ pub mod allocating;
 pub mod conditions;
 pub mod context;
 pub mod decide;
+pub mod depart;
 pub mod echoes;
 pub mod index;
 pub mod leader;
