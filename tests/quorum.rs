@@ -211,7 +211,8 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
     .await;
     // One member at a time: the status said `mixed` on the way.
     assert!(releases.contains("mixed"), "releases seen: {releases:?}");
-    // Every replaced pod came back as the same member: no Confirmed member was left behind.
+    // Every replaced pod departed itself before its successor (a new member) joined: no
+    // Confirmed member was left behind.
     assert_eq!(
         counted, count,
         "members counted for quorum during the update"
