@@ -366,9 +366,10 @@ pub fn member_for(pod: &Value) -> Option<Member> {
 }
 
 /// Whether a pod that no longer runs stopped gracefully: deleted (the kubelet sends SIGTERM),
-/// as opposed to crashed (the simulated kubelet marks a crash `Failed`).
+/// as opposed to crashed (the simulated kubelet marks a crash `Failed`; deleting a failed pod
+/// afterwards, as its StatefulSet controller does, signals no supervisor).
 fn graceful(pod: Option<&Value>) -> bool {
-    pod.is_none_or(meta::is_deleting)
+    pod.is_none_or(|p| meta::is_deleting(p) && p["status"]["phase"] != "Failed")
 }
 
 fn is_running(pod: &Value) -> bool {
@@ -757,10 +758,8 @@ impl Hub {
             .cloned()
             .collect();
         for uid in gone {
-            let crashed = pods
-                .iter()
-                .any(|p| meta::uid_of(p) == uid && !meta::is_deleting(p));
-            st.stop(&uid, !crashed);
+            let pod = pods.iter().find(|p| meta::uid_of(p) == uid);
+            st.stop(&uid, graceful(pod.map(|p| &**p)));
         }
         let mut joined = Vec::new();
         for pod in pods {

@@ -1087,3 +1087,34 @@ async fn a_restart_with_saved_data_reports_its_old_election_for_a_moment() {
     );
     hub.shutdown();
 }
+
+/// A failed pod that its StatefulSet controller then deletes signals no supervisor: it died
+/// with the crash, so its member stays Confirmed (the nodes may see only the deletion).
+#[tokio::test]
+async fn deleting_a_crashed_pod_departs_nothing() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.10.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &peer_file(&ip(2)));
+    let mut failed_and_deleted = (*crashed(&pods[2])).clone();
+    failed_and_deleted["metadata"]["deletionTimestamp"] = json!("2026-12-07T15:00:00Z");
+    let world = vec![
+        pods[0].clone(),
+        pods[1].clone(),
+        Arc::new(failed_and_deleted),
+    ];
+    step_settled(&hub, &world, &peer_file(&ip(2)));
+    let (_, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((alive, total), (2, 3));
+    hub.shutdown();
+}
