@@ -53,16 +53,19 @@ struct Ring {
 }
 
 impl Ring {
+    /// `n` supervisors, and one spare address (index `n`) for a supervisor started later.
     fn new(bin: PathBuf, n: usize) -> Ring {
         let dir = tempfile::tempdir().expect("a temporary directory");
         // Addresses of their own: other tests may run supervisors on 127.0.0.x at once.
         let net = 20 + std::process::id() % 200;
-        let ips: Vec<String> = (0..n).map(|i| format!("127.61.{net}.{}", 11 + i)).collect();
+        let ips: Vec<String> = (0..=n)
+            .map(|i| format!("127.61.{net}.{}", 11 + i))
+            .collect();
         let ring = Ring {
             bin,
             dir,
             ips,
-            sessions: (0..n).map(|_| None).collect(),
+            sessions: (0..=n).map(|_| None).collect(),
         };
         for i in 0..n {
             ring.prepare(i);
@@ -93,7 +96,7 @@ impl Ring {
             std::fs::write(pkg.join(file), content).unwrap();
         }
         set_mode(&pkg.join("hooks/run"), 0o755);
-        let peers: Vec<String> = (0..self.ips.len())
+        let peers: Vec<String> = (0..self.ips.len() - 1)
             .filter(|j| *j != i)
             .map(|j| format!("{}:9638", self.ips[j]))
             .collect();
@@ -141,6 +144,15 @@ impl Ring {
         self.sessions[i] = Some(child);
     }
 
+    /// A container restarted after a crash: the same address, a new filesystem (no `MEMBER_ID`,
+    /// no data), the same mounted control secret. The old filesystem is kept at `sup<i>-old`.
+    fn fresh_container(&mut self, i: usize) {
+        let root = self.root(i);
+        std::fs::rename(&root, self.dir.path().join(format!("sup{i}-old"))).unwrap();
+        self.prepare(i);
+        self.start(i);
+    }
+
     /// SIGKILL to every process of supervisor `i`'s session: a crash (the launcher alone would
     /// let the supervisor leave cleanly).
     fn crash(&mut self, i: usize) {
@@ -176,6 +188,22 @@ impl Ring {
             .into_iter()
             .find(|h| m[*h] == true)
             .map(str::to_string)
+    }
+
+    /// Whether supervisor `i` runs its service (`/services/NAME/GROUP`: process up).
+    fn service_up(&self, i: usize) -> bool {
+        let url = format!("http://{}:9631/services/sleeper/default", self.ips[i]);
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build()
+            .new_agent();
+        agent
+            .get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["process"]["state"] == "up")
     }
 
     fn log_tail(&self, i: usize) -> String {
@@ -288,7 +316,25 @@ async fn a_crashed_member_is_departed_through_a_survivors_control_gateway() {
     }
     assert_eq!(ring.health_of(0, &victim).as_deref(), Some("alive"));
 
+    // A crash, and the container restarted as Kubernetes does: same address, new filesystem,
+    // hence a new member.
     ring.crash(2);
+    let restarted = Instant::now();
+    ring.fresh_container(2);
+    let serving = tokio::task::block_in_place(|| {
+        wait_for(
+            Duration::from_secs(30),
+            "the restarted container, a new member, to run its service",
+            &ring,
+            || {
+                ring.census(2).is_some_and(|c| {
+                    c["local_member_id"] != victim.as_str()
+                        && c["census_groups"][GROUP]["election_status"] == "ElectionFinished"
+                }) && ring.service_up(2)
+            },
+        )
+    });
+    eprintln!("the restarted container runs its service {serving:?} after the crash");
     let confirmed = tokio::task::block_in_place(|| {
         wait_for(
             Duration::from_secs(60),
@@ -297,7 +343,10 @@ async fn a_crashed_member_is_departed_through_a_survivors_control_gateway() {
             || ring.health_of(0, &victim).as_deref() == Some("confirmed"),
         )
     });
-    eprintln!("confirmed dead {confirmed:?} after the crash");
+    eprintln!(
+        "old id confirmed dead {:?} after the crash",
+        restarted.elapsed().max(confirmed)
+    );
 
     let began = Instant::now();
     gateway
@@ -310,9 +359,16 @@ async fn a_crashed_member_is_departed_through_a_survivors_control_gateway() {
         "departure answered in {answered:?}; the survivors' census then shows {shown_at_once:?}"
     );
 
-    // Permanent: the same id (its MEMBER_ID file kept) cannot start again.
-    ring.start(2);
-    let mut child = ring.sessions[2].take().expect("started");
+    // Permanent: the same id (its old filesystem, on the spare address) cannot start again.
+    let spare = ring.root(3);
+    std::fs::rename(ring.dir.path().join("sup2-old"), &spare).unwrap();
+    let peers: Vec<String> = ring.ips[..3]
+        .iter()
+        .map(|ip| format!("{ip}:9638"))
+        .collect();
+    std::fs::write(spare.join("peers"), peers.join("\n") + "\n").unwrap();
+    ring.start(3);
+    let mut child = ring.sessions[3].take().expect("started");
     let began = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -321,7 +377,7 @@ async fn a_crashed_member_is_departed_through_a_survivors_control_gateway() {
         assert!(
             began.elapsed() < Duration::from_secs(60),
             "a supervisor with a departed id kept running; its log ends:\n{}",
-            ring.log_tail(2)
+            ring.log_tail(3)
         );
         std::thread::sleep(Duration::from_millis(250));
     };
@@ -329,7 +385,7 @@ async fn a_crashed_member_is_departed_through_a_survivors_control_gateway() {
         "restarted with the departed id: {status} after {:?}",
         began.elapsed()
     );
-    assert_eq!(status.code(), Some(86), "{}", ring.log_tail(2));
+    assert_eq!(status.code(), Some(86), "{}", ring.log_tail(3));
     signal_session(child.id(), "KILL");
     // The supervisor marks a departed member without bumping its member list's update counter,
     // so its census may go on showing `confirmed` until the next membership change (here, the
