@@ -27,9 +27,9 @@
 //!
 //! # Caveats
 //!
-//! - Only leader groups are looked at (their census is read every pass); a standalone group
-//!   with rolling updates gets the secret and the gateway, but its dead members are not
-//!   departed yet.
+//! - A group's dead members are looked at when its census is read: every pass for a leader
+//!   group, and for a standalone group with rolling updates only when its status is refreshed
+//!   from the census.
 //! - A `persistentStorage.mountPath` that covers `/hab/sup` keeps the member id across
 //!   containers: a departed member then cannot start again.
 
@@ -78,6 +78,11 @@ static MEMORY: LazyLock<Mutex<HashMap<String, Memory>>> = LazyLock::new(Default:
 fn memory<T>(uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
     let mut all = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
     f(all.entry(uid.to_string()).or_default())
+}
+
+/// Forgets what this process remembers of a Habitat that is going away.
+pub fn forget(uid: &str) {
+    MEMORY.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
 }
 
 /// The members of `group` to depart now: those `census` lists as confirmed dead, less those
