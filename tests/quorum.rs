@@ -211,7 +211,8 @@ async fn image_update(ground: Ground, count: usize) -> Duration {
     .await;
     // One member at a time: the status said `mixed` on the way.
     assert!(releases.contains("mixed"), "releases seen: {releases:?}");
-    // Every replaced pod came back as the same member: no Confirmed member was left behind.
+    // Every replaced pod departed itself before its successor (a new member) joined: no
+    // Confirmed member was left behind.
     assert_eq!(
         counted, count,
         "members counted for quorum during the update"
@@ -250,7 +251,111 @@ async fn a_scale_down_from_five_to_three(ground: Ground) {
     .await;
 }
 
+/// The census of the supervisor at `ip`, whole.
+fn census_at(agent: &ureq::Agent, ip: &str) -> Option<serde_json::Value> {
+    let mut resp = agent.get(&format!("http://{ip}:9631/census")).call().ok()?;
+    let text = resp.body_mut().read_to_string().ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// A follower's pod crashes (its supervisor dies without departing): its successor joins as a
+/// new member, and the operator departs the dead one through a live member's control gateway,
+/// so that it no longer counts toward quorum.
+async fn a_crashed_member_is_departed(ground: Ground) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    require_kubectl!();
+    let env = env_on!(ground, "quorum-crash");
+    let name = "crash";
+    env.apply_yaml(&leader_habitat(name, 3, "kinvolk/redis-hab:v1"));
+    env.wait_phase(name, "Ready", timeout(&env)).await;
+    let pods = env.pods(name).await;
+    let victim = pods
+        .iter()
+        .find(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_none_or(|l| l.get("habitat.sh/leader").map(String::as_str) != Some("true"))
+        })
+        .expect("a follower")
+        .clone();
+    let victim_name = victim.metadata.name.clone().expect("name");
+    let ip = victim
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("a pod IP");
+    let survivor_ip = pods
+        .iter()
+        .filter_map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()))
+        .find(|i| *i != ip)
+        .expect("a survivor");
+    let agent = agent();
+    let dead = {
+        let a = agent.clone();
+        let ip = ip.clone();
+        tokio::task::spawn_blocking(move || census_at(&a, &ip))
+            .await
+            .expect("join")
+            .and_then(|c| c["local_member_id"].as_str().map(String::from))
+            .expect("the victim's member id")
+    };
+    // A crash: the pod fails without being deleted (no SIGTERM, no self-departure).
+    env.api::<Pod>()
+        .patch_status(
+            &victim_name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .expect("mark the pod Failed");
+    let began = Instant::now();
+    wait_for(
+        Duration::from_secs(90),
+        "the crashed member departed and the group Ready with 3 alive members",
+        || {
+            let a = agent.clone();
+            let survivor = survivor_ip.clone();
+            let dead = dead.clone();
+            let env = &env;
+            async move {
+                let id = dead.clone();
+                let departed = tokio::task::spawn_blocking(move || {
+                    census_at(&a, &survivor).is_some_and(|c| {
+                        let m = &c["census_groups"]["redis.default"]["population"][&id];
+                        m.is_null() || m["departed"] == true
+                    })
+                })
+                .await
+                .unwrap_or(false);
+                let h = env.habitats().get(name).await.expect("get");
+                let status = h.status.unwrap_or_default();
+                departed
+                    && status.phase.as_deref() == Some("Ready")
+                    && status.members.iter().filter(|m| m.alive).count() == 3
+                    && status.members.iter().all(|m| m.member_id != dead)
+            }
+        },
+    )
+    .await;
+    let ground_name = if env.is_real() { "real" } else { "sandbox" };
+    eprintln!(
+        "crash [{ground_name}]: the dead member departed and the group Ready again in {} ms",
+        began.elapsed().as_millis()
+    );
+    let events = env.events().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MemberDeparted")
+                && e.message.as_deref().is_some_and(|m| m.contains(&dead))),
+        "a MemberDeparted Event names {dead}"
+    );
+}
+
 on_both_grounds!(
+    a_crashed_member_is_departed,
     an_image_update_of_three_members,
     an_image_update_of_five_members,
     a_scale_down_from_five_to_three,

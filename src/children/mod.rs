@@ -1,6 +1,7 @@
 //! Pure builders of the objects the operator creates for a Habitat. Each takes the Habitat and
 //! the inputs already resolved while observing, and returns the object; none touches a client.
 
+pub mod control_gateway;
 pub mod disruption_budget;
 pub mod peer_config;
 pub mod ring_key;

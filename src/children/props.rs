@@ -120,6 +120,7 @@ fn supervisor_args_ok(h: &Habitat, c: &Container) -> Result<(), TestCaseError> {
                 "--channel {value:?}"
             ),
             "--peer-watch-file" => prop_assert!(value.starts_with('/')),
+            "--listen-ctl" => prop_assert!(value == "0.0.0.0:9632"),
             "--strategy" => prop_assert!(matches!(value, "at-once" | "rolling")),
             "--update-condition" => prop_assert!(value == "track-channel"),
             "--bind" => {

@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, ObjectFieldSelector,
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
     SecretVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
 };
@@ -15,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::child_meta;
+use super::control_gateway::{control_secret_name, CTL_SECRET_KEY, CTL_SECRET_PATH};
 use super::peer_config::{peer_file_path, PEER_DIR};
 use crate::api::key_name::KeyName;
 use crate::api::{
@@ -26,6 +26,9 @@ use crate::api::{
 pub const CONTAINER: &str = "habitat-service";
 /// Port of the supervisor's HTTP gateway.
 pub const HTTP_GATEWAY_PORT: i32 = 9631;
+/// Port of the supervisor's control gateway (`hab sup depart`), on the pod's address in groups
+/// that elect.
+pub const CONTROL_GATEWAY_PORT: i32 = 9632;
 /// Port of the supervisor's gossip (TCP and UDP).
 pub const GOSSIP_PORT: i32 = 9638;
 /// Image of the init container that copies the files Secret into place.
@@ -37,6 +40,7 @@ const FILES_VOLUME: &str = "files";
 const FILES_SECRET_VOLUME: &str = "files-secret";
 const FILES_SECRET_DIR: &str = "/habitat-operator/files";
 const RING_VOLUME: &str = "ring-key";
+const CONTROL_VOLUME: &str = "control-gateway";
 
 /// The StatefulSet of `h`. `ring_key` is the resolved ring key Secret's name, when gossip is
 /// encrypted.
@@ -139,6 +143,14 @@ pub fn supervisor_args(h: &Habitat, ring_key: Option<&KeyName>) -> Vec<String> {
     if let Some(key) = ring_key {
         args.extend(["--ring".to_string(), key.ring.clone()]);
     }
+    if departs_dead_members(h) {
+        // On the pod's address (the default is 127.0.0.1): the operator departs dead members
+        // through it.
+        args.extend([
+            "--listen-ctl".to_string(),
+            format!("0.0.0.0:{CONTROL_GATEWAY_PORT}"),
+        ]);
+    }
     args
 }
 
@@ -205,12 +217,18 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
             true,
         ));
     }
-    if stable_member_id(h) {
-        volumes.push(member_id_volume());
+    if departs_dead_members(h) {
+        volumes.push(secret_volume(
+            CONTROL_VOLUME,
+            &control_secret_name(h),
+            Some(CTL_SECRET_KEY),
+        ));
+        // One file: the rest of /hab/sup/default (MEMBER_ID, data/) stays the container's own,
+        // so that each container starts as a new member.
         mounts.push(mount(
-            MEMBER_ID_VOLUME,
-            MEMBER_ID_PATH,
-            Some(MEMBER_ID_FILE),
+            CONTROL_VOLUME,
+            CTL_SECRET_PATH,
+            Some(CTL_SECRET_KEY),
             true,
         ));
     }
@@ -229,11 +247,17 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
             image: Some(h.spec.image.clone()),
             args: Some(supervisor_args(h, ring_key)),
             env: (!h.spec.env.is_empty()).then(|| h.spec.env.clone()),
-            ports: Some(vec![
-                port("http-gateway", HTTP_GATEWAY_PORT, "TCP"),
-                port("gossip", GOSSIP_PORT, "TCP"),
-                port("gossip-udp", GOSSIP_PORT, "UDP"),
-            ]),
+            ports: Some({
+                let mut ports = vec![
+                    port("http-gateway", HTTP_GATEWAY_PORT, "TCP"),
+                    port("gossip", GOSSIP_PORT, "TCP"),
+                    port("gossip-udp", GOSSIP_PORT, "UDP"),
+                ];
+                if departs_dead_members(h) {
+                    ports.push(port("ctl-gateway", CONTROL_GATEWAY_PORT, "TCP"));
+                }
+                ports
+            }),
             readiness_probe: Some(Probe {
                 http_get: Some(HTTPGetAction {
                     path: Some(format!("/services/{}/{}/health", svc.name, svc.group)),
@@ -251,40 +275,19 @@ fn pod_spec(h: &Habitat, ring_key: Option<&KeyName>) -> PodSpec {
     }
 }
 
-/// Where the supervisor reads its member id at boot (`sup/src/manager.rs` `load_member`: the
-/// file's content as it is; a new random id is written only when the file is missing).
-pub const MEMBER_ID_PATH: &str = "/hab/sup/default/MEMBER_ID";
-const MEMBER_ID_FILE: &str = "MEMBER_ID";
-const MEMBER_ID_VOLUME: &str = "member-id";
-
-/// Whether the pods get a stable member id: groups that elect (leader topology, or rolling
-/// updates, which hold update elections). A replaced pod then rejoins as the same member
-/// instead of leaving a Confirmed one behind that counts against quorum for 3 days (see
-/// docs/architecture.md, "Leader groups keep quorum").
-pub fn stable_member_id(h: &Habitat) -> bool {
+/// Whether the group's dead members are departed by the operator: groups that elect (leader
+/// topology, or rolling updates, which hold update elections), where a dead member that is
+/// never departed counts against quorum.
+///
+/// Their supervisors get no `MEMBER_ID`: each container writes a new random id on its own
+/// filesystem, so a replaced or restarted container joins as a new member. A pod-name id
+/// cannot rejoin after an unclean death (measured with the real supervisor: its own census
+/// stays at one alive member, no election, for 85 s and more); a new id joins in about 5 s
+/// and the dead one, once gossip confirms it dead, is departed through a live member's control
+/// gateway with the Habitat's control secret (docs/updates.md, "Member identity").
+pub fn departs_dead_members(h: &Habitat) -> bool {
     h.spec.service.topology == Topology::Leader
         || h.spec.service.update_strategy == UpdateStrategy::Rolling
-}
-
-/// The pod's name as its `MEMBER_ID` file: a StatefulSet gives a replaced pod the same name.
-/// Nothing else of `/hab/sup` persists, so the member list starts empty, the supervisor reads
-/// the peer file and rejoins even when every pod IP changed.
-fn member_id_volume() -> Volume {
-    Volume {
-        name: MEMBER_ID_VOLUME.to_string(),
-        downward_api: Some(DownwardAPIVolumeSource {
-            items: Some(vec![DownwardAPIVolumeFile {
-                path: MEMBER_ID_FILE.to_string(),
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_string(),
-                    ..ObjectFieldSelector::default()
-                }),
-                ..DownwardAPIVolumeFile::default()
-            }]),
-            ..DownwardAPIVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
 }
 
 fn secret_volume(volume: &str, secret: &str, only_key: Option<&str>) -> Volume {

@@ -14,6 +14,9 @@ use serde::Deserialize;
 /// The part of `/census` the operator reads (field names from the supervisor's serializers).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct Census {
+    /// The id of the member that answered.
+    #[serde(default)]
+    pub local_member_id: Option<String>,
     /// Groups keyed by `service.group`.
     pub census_groups: HashMap<String, CensusGroup>,
 }
@@ -43,6 +46,12 @@ pub struct Member {
     /// Whether the member is alive (exactly one of alive/suspect/confirmed/departed is true).
     #[serde(default)]
     pub alive: bool,
+    /// Whether gossip suspects the member dead (it may still come back).
+    #[serde(default)]
+    pub suspect: bool,
+    /// Whether gossip confirmed the member dead: it still counts for quorum until departed.
+    #[serde(default)]
+    pub confirmed: bool,
     /// Whether the member departed (it no longer counts for quorum).
     #[serde(default)]
     pub departed: bool,
@@ -82,6 +91,24 @@ pub enum Election {
 }
 
 impl Census {
+    /// The ids of the members of `service_group` that gossip confirmed dead (never alive or
+    /// suspect ones, never departed ones), sorted.
+    pub fn confirmed_dead(&self, service_group: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .census_groups
+            .get(service_group)
+            .map(|g| {
+                g.population
+                    .values()
+                    .filter(|m| m.confirmed && !m.alive && !m.suspect && !m.departed)
+                    .map(|m| m.member_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
     /// The IPs of the alive members of `service_group`.
     pub fn alive_ips(&self, service_group: &str) -> Vec<String> {
         self.census_groups

@@ -76,6 +76,8 @@ pub async fn act(
             else {
                 return Ok(());
             };
+            // Member identity: the control secret the pods mount exists before they do.
+            crate::reconcile::depart::ensure_secret(ctx, h).await?;
             // The children are independent of each other: applied concurrently, a first pass
             // waits for the slowest of them rather than for their sum (the Services' ClusterIP
             // allocation makes them the slowest writes of a Habitat on a busy server). Each runs
@@ -129,7 +131,10 @@ pub async fn act(
             snap.replaced_pod = true;
         }
         Step::ObserveLeader => {
-            snap.leader = leader::observe(h, ctx.census.as_ref(), &snap.pods).await;
+            let (view, read) = leader::observe_read(h, ctx.census.as_ref(), &snap.pods).await;
+            snap.leader = view;
+            // Member identity: members confirmed dead are departed so they leave the quorum.
+            crate::reconcile::depart::depart_dead(ctx, h, read.as_ref(), notes).await;
         }
         Step::PublishLeader => {
             let leader = snap.leader.pod().map(str::to_string);

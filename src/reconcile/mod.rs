@@ -12,6 +12,7 @@ pub mod allocating;
 pub mod conditions;
 pub mod context;
 pub mod decide;
+pub mod depart;
 pub mod echoes;
 pub mod index;
 pub mod leader;
@@ -204,7 +205,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
     let mut decider = Decider::remembering(&ctx.fingerprints);
-    let (added, pass) = futures::join!(
+    let (added, mut pass) = futures::join!(
         async {
             match adding {
                 Some(api) => Some(add_finalizer(api, ctx, h).await),
@@ -241,7 +242,10 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         && snap.pods.iter().any(peer::is_running)
         && h.metadata.deletion_timestamp.is_none()
     {
-        snap.leader = leader::observe(h, ctx.census.as_ref(), &snap.pods).await;
+        let (view, read) = leader::observe_read(h, ctx.census.as_ref(), &snap.pods).await;
+        snap.leader = view;
+        // Member identity: a rolling group's members confirmed dead are departed too.
+        depart::depart_dead(ctx, h, read.as_ref(), &mut pass.notes).await;
     }
     let now = Utc::now();
     let facts = decide::facts(h, &snap, &decider.desired(h, &snap));
@@ -280,6 +284,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
     }
     if h.metadata.deletion_timestamp.is_some() {
         ctx.fingerprints.forget(&uid);
+        depart::forget(&uid);
     }
     // Only converging Habitats are remembered (the others' next write is never deferred).
     ctx.progress.decided(&uid, worth, converging, clock_now);

@@ -46,6 +46,8 @@ fn supervisor_arguments_for_each_spec_variant() {
                 "default",
                 "--peer-watch-file",
                 peer,
+                "--listen-ctl",
+                "0.0.0.0:9632",
             ],
         ),
         (
@@ -95,6 +97,8 @@ fn supervisor_arguments_for_each_spec_variant() {
                 "track-channel",
                 "--peer-watch-file",
                 peer,
+                "--listen-ctl",
+                "0.0.0.0:9632",
             ],
         ),
         (
@@ -367,48 +371,67 @@ fn env_is_passed_to_the_service_container() {
 }
 
 #[test]
-fn groups_that_elect_read_a_stable_member_id_from_the_pod_name() {
+fn groups_that_elect_get_no_member_id_and_the_control_secret_and_gateway() {
     let pod = |h: &Habitat| statefulset(h, None).spec.unwrap().template.spec.unwrap();
     let leader = pod(&habitat().leader());
+    let c = &leader.containers[0];
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    // Each container writes its own random id: nothing is mounted under /hab/sup but the secret.
+    assert!(
+        mounts
+            .iter()
+            .filter(|m| m.mount_path.starts_with("/hab/sup"))
+            .map(|m| m.mount_path.as_str())
+            .eq(["/hab/sup/default/CTL_SECRET"]),
+        "{mounts:?}"
+    );
+    let m = mounts.iter().find(|m| m.name == "control-gateway").unwrap();
+    assert_eq!(
+        (m.sub_path.as_deref(), m.read_only),
+        (Some("CTL_SECRET"), Some(true))
+    );
     let volume = leader
         .volumes
         .as_ref()
         .unwrap()
         .iter()
-        .find(|v| v.name == "member-id")
-        .expect("a member-id volume");
-    let item = &volume
-        .downward_api
-        .as_ref()
-        .unwrap()
-        .items
-        .as_ref()
-        .unwrap()[0];
-    assert_eq!(
-        (
-            item.path.as_str(),
-            item.field_ref.as_ref().unwrap().field_path.as_str()
-        ),
-        ("MEMBER_ID", "metadata.name")
-    );
-    let m = leader.containers[0]
-        .volume_mounts
+        .find(|v| v.name == "control-gateway")
+        .expect("a control-gateway volume");
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("redis-control-gateway"));
+    assert!(leader
+        .volumes
         .as_ref()
         .unwrap()
         .iter()
-        .find(|m| m.name == "member-id")
-        .expect("a member-id mount");
-    assert_eq!(
-        (m.mount_path.as_str(), m.sub_path.as_deref(), m.read_only),
-        ("/hab/sup/default/MEMBER_ID", Some("MEMBER_ID"), Some(true))
-    );
+        .all(|v| v.downward_api.is_none()));
+    let args = c.args.as_ref().unwrap();
+    let at = args
+        .iter()
+        .position(|a| a == "--listen-ctl")
+        .expect("--listen-ctl");
+    assert_eq!(args[at + 1], "0.0.0.0:9632");
+    assert!(c
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .any(|p| p.name.as_deref() == Some("ctl-gateway") && p.container_port == 9632));
+
     let mut rolling = habitat();
     rolling.spec.service.update_strategy = crate::api::UpdateStrategy::Rolling;
-    assert!(stable_member_id(&rolling));
+    assert!(departs_dead_members(&rolling));
+    // A standalone group without update elections keeps the supervisor's defaults: the gateway
+    // on 127.0.0.1 and a secret of its own.
     let standalone = pod(&habitat());
     assert!(standalone
         .volumes
         .unwrap_or_default()
         .iter()
-        .all(|v| v.name != "member-id"));
+        .all(|v| v.name != "control-gateway"));
+    assert!(!standalone.containers[0]
+        .args
+        .as_ref()
+        .unwrap()
+        .contains(&"--listen-ctl".to_string()));
 }

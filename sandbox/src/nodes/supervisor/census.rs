@@ -3,7 +3,7 @@
 use super::{Election, Group, Health, Member, GATEWAY_PORT};
 use serde_json::{json, Map, Value};
 
-fn member_json(m: &Member, g: &Group) -> Value {
+fn member_json(m: &Member, g: &Group, ip: &str) -> Value {
     let (status, leader) = (g.status, g.leader_id.as_deref());
     let (update_status, update_leader) = (g.update_status, g.update_leader_id.as_deref());
     let mut parts = m.package.split('/');
@@ -39,7 +39,7 @@ fn member_json(m: &Member, g: &Group) -> Value {
         "confirmed": m.health == Health::Confirmed,
         "departed": m.health == Health::Departed,
         "sys": {
-            "ip": m.ip, "hostname": m.pod, "gossip_ip": m.ip, "gossip_port": 9638,
+            "ip": ip, "hostname": m.pod, "gossip_ip": ip, "gossip_port": 9638,
             "http_gateway_ip": "0.0.0.0", "http_gateway_port": GATEWAY_PORT,
             "ctl_gateway_ip": "127.0.0.1", "ctl_gateway_port": 9632,
         },
@@ -47,13 +47,36 @@ fn member_json(m: &Member, g: &Group) -> Value {
     })
 }
 
-/// The census as served by `me`, whose group members (itself included) are `peers`.
+/// The census as served by `me`, whose group members (itself included) are `peers`. The others
+/// are listed at the address they first had ([`Member::listed_ip`]); a cut-off member sees only
+/// itself and no election; one restarted with its saved data reports its old election for a
+/// moment ([`Member::stale_election`]).
 pub fn document(me: &Member, group: Option<&Group>, peers: &[&Member]) -> Value {
-    let none = Group::default();
-    let g = group.unwrap_or(&none);
+    let mut g = group.cloned().unwrap_or_default();
+    if let Some((until, status, leader)) = &me.stale_election {
+        if std::time::Instant::now() < *until {
+            g.status = *status;
+            g.leader_id = leader.clone();
+        }
+    }
+    if me.cut_off {
+        g.status = Election::InProgress;
+        g.leader_id = None;
+        g.update_status = Election::None;
+        g.update_leader_id = None;
+    }
+    let g = &g;
     let population: Map<String, Value> = peers
         .iter()
-        .map(|m| (m.member_id.clone(), member_json(m, g)))
+        .filter(|m| !me.cut_off || m.member_id == me.member_id)
+        .map(|m| {
+            let ip = if m.member_id == me.member_id {
+                &m.ip
+            } else {
+                m.listed_ip.as_ref().unwrap_or(&m.ip)
+            };
+            (m.member_id.clone(), member_json(m, g, ip))
+        })
         .collect();
     let sg = me.service_group();
     json!({

@@ -152,7 +152,11 @@ pub(super) fn run(st: &mut State) {
         }
     }
     for id in finished {
-        if let Some(m) = members.get_mut(id).filter(|m| m.health == Health::Alive) {
+        // A cut-off member sees no election of its own: its hooks never run.
+        if let Some(m) = members
+            .get_mut(id)
+            .filter(|m| m.health == Health::Alive && !m.cut_off)
+        {
             if !m.started {
                 health_moved.push(m.pod_uid.clone());
             }

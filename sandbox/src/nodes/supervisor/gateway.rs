@@ -59,9 +59,17 @@ async fn services(State((hub, uid)): State<Ctx>) -> Response {
     Json(json!(groups)).into_response()
 }
 
-/// Serve the gateway of pod `uid` on `ip:9631` until aborted.
+/// Serve the gateway of pod `uid` on `ip:9631`, and its control gateway on `ip:9632`, until
+/// aborted.
 pub fn spawn(hub: Arc<Hub>, uid: String, ip: String) -> JoinHandle<()> {
+    let control = super::control::serve(hub.clone(), ip.clone());
     tokio::spawn(async move {
+        futures::join!(http(hub, uid, ip), control);
+    })
+}
+
+async fn http(hub: Arc<Hub>, uid: String, ip: String) {
+    {
         let addr = format!("{ip}:{GATEWAY_PORT}");
         let listener = match tokio::net::TcpListener::bind(&addr).await {
             Ok(l) => l,
@@ -78,5 +86,5 @@ pub fn spawn(hub: Arc<Hub>, uid: String, ip: String) -> JoinHandle<()> {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!("supervisor gateway on {addr}: {e}");
         }
-    })
+    }
 }

@@ -4,24 +4,33 @@
 //!
 //! - quorum is `alive > total / 2`, where `total` counts every group member that is Alive or
 //!   Confirmed (dead but not departed) and `alive` those that are Alive (`check_quorum_mlr`);
-//! - a member whose pod stops stays Confirmed, and counted, until it is departed (after 3 days in
-//!   the real supervisor, so never within a simulation);
+//! - a member whose pod is deleted departs itself (the supervisor does on SIGTERM: a member
+//!   rumor with a higher incarnation, so the same id may rejoin); one whose pod crashes (the
+//!   simulated kubelet marks it Failed) stays Confirmed, and counted, until it is departed;
+//! - `hab sup depart ID` through the control gateway on `IP:9632` (module `control`) departs a
+//!   member for good: a supervisor started again with that id never joins (the real one exits
+//!   with code 86);
 //! - a new member joining a group that then has no quorum departs the Confirmed member with the
 //!   lowest id (`insert_service_impl`, habitat#1994);
-//! - a pod replaced without a persisted `/hab/sup` is a new member (see [`identity`]);
+//! - a pod replaced without a persisted `/hab/sup` is a new member (see [`identity`]); one that
+//!   comes back with the same id from another address is listed by the others at its old
+//!   address; after a crash, with nothing saved, it is cut off: its own census shows it alone
+//!   and no election, and its hooks never run; with its saved data it reports its old election
+//!   for [`STALE_ELECTION`] (all measured with the real supervisor, facts §7);
 //! - elections finish when the group has quorum, won by the previous leader when it is alive
 //!   (it re-enters with the highest suitability), otherwise by the highest member id; a dead
 //!   leader or a lost quorum restarts them. Groups run with `--strategy rolling` also hold
 //!   update elections by the same rules.
 //!
-//! Simplifications: SWIM's Suspect phase is skipped (a stopped pod's member is Confirmed at
-//! once, where the real one takes about 3 s to be Suspect and 9 s more to be Confirmed), and a
-//! graceful stop does not self-depart: the real supervisor marks itself Departed on SIGTERM,
-//! best effort (`sup/src/manager.rs` "Gracefully departing from butterfly network", sent to at
-//! most 10 members with no guarantee it arrives), so the simulation plays the case where that
-//! departure is lost, or the pod was killed.
+//! Simplifications: SWIM's Suspect phase is skipped (a crashed pod's member is Confirmed at
+//! once, where the real one takes 4 to 10 s to be Suspect and about 9 s more to be Confirmed);
+//! a self-departure always arrives (the real one is best effort); a departure through the
+//! control gateway shows in every census at once (the real census may go on showing the member
+//! Confirmed until the next membership change); the control secret is not checked against the
+//! pod's (the simulated nodes do not read Secrets).
 
 pub mod census;
+mod control;
 mod elect;
 mod gateway;
 pub mod identity;
@@ -41,6 +50,9 @@ pub const ELECTION_DURATION: Duration = Duration::from_millis(200);
 pub const DEPARTED_TTL: Duration = Duration::from_secs(120);
 /// The HTTP gateway port.
 pub const GATEWAY_PORT: u16 = 9631;
+/// How long a supervisor restarted with its saved data reports its old election (measured
+/// with the real supervisor: about 1 s).
+pub const STALE_ELECTION: Duration = Duration::from_secs(1);
 
 /// SWIM health of a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +161,21 @@ pub struct Member {
     /// The claim holding its `/hab/sup`, when persisted.
     disk: Option<String>,
     departed_at: Option<Instant>,
+    /// Departed through a control gateway (`hab sup depart`): a departure rumor, which no
+    /// supervisor with this id outlives (it exits with code 86 at start). A supervisor's own
+    /// departure on SIGTERM is a member rumor with a higher incarnation instead: the same id may
+    /// rejoin.
+    pub departure_rumor: bool,
+    /// Rejoined with the same id and an empty `/hab/sup/default/data` after an unclean death:
+    /// the others list it alive, but its own census shows it alone, with no election, and its
+    /// hooks never run (measured with the real supervisor: 85 s and more, three runs of three).
+    pub cut_off: bool,
+    /// The address the other members list for it, when it rejoined with the same id from
+    /// another address: the real supervisors keep listing the old one (measured).
+    pub listed_ip: Option<String>,
+    /// Restarted with its saved data: until this instant its own census reports the election
+    /// it saw before it stopped (status, leader), as the real one does for about a second.
+    pub stale_election: Option<(Instant, Election, Option<String>)>,
 }
 
 impl Member {
@@ -331,7 +358,18 @@ pub fn member_for(pod: &Value) -> Option<Member> {
         mounts: rings::mounts(pod),
         disk: None,
         departed_at: None,
+        departure_rumor: false,
+        cut_off: false,
+        listed_ip: None,
+        stale_election: None,
     })
+}
+
+/// Whether a pod that no longer runs stopped gracefully: deleted (the kubelet sends SIGTERM),
+/// as opposed to crashed (the simulated kubelet marks a crash `Failed`; deleting a failed pod
+/// afterwards, as its StatefulSet controller does, signals no supervisor).
+fn graceful(pod: Option<&Value>) -> bool {
+    pod.is_none_or(|p| meta::is_deleting(p) && p["status"]["phase"] != "Failed")
 }
 
 fn is_running(pod: &Value) -> bool {
@@ -380,22 +418,54 @@ impl State {
         }
     }
 
-    /// The member's pod stopped: it is Confirmed dead, and still counted.
-    fn stop(&mut self, uid: &str) {
+    /// The member's pod stopped. `graceful`: the pod was deleted, so the supervisor got SIGTERM
+    /// and departed itself (it no longer counts); otherwise (a crash) it is Confirmed dead, and
+    /// still counted. Its last election is kept for a restart with saved data.
+    fn stop(&mut self, uid: &str, graceful: bool) {
         if let Some(l) = self.listeners.remove(uid) {
             l.abort();
         }
         if let Some(id) = self.by_pod.remove(uid) {
             self.health_moved.push(uid.to_string());
+            let seen = self
+                .members
+                .get(&id)
+                .filter(|m| !m.ring.is_empty())
+                .and_then(|m| self.groups.get(&m.key()))
+                .map(|g| (g.status, g.leader_id.clone()));
             if let Some(m) = self.members.get_mut(&id) {
                 if m.health == Health::Alive {
-                    m.health = Health::Confirmed;
+                    if graceful {
+                        m.health = Health::Departed;
+                        m.departed_at = Some(Instant::now());
+                    } else {
+                        m.health = Health::Confirmed;
+                    }
+                    m.stale_election = seen.map(|(s, l)| (Instant::now(), s, l));
                     self.links.leave(m);
                     self.dead.insert(id.clone());
                 }
             }
             self.touch(&id);
         }
+    }
+
+    /// `hab sup depart ID` through a control gateway: a departure rumor, permanent.
+    fn depart(&mut self, id: &str) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        m.departure_rumor = true;
+        if m.health != Health::Departed {
+            if m.health == Health::Alive {
+                self.links.leave(m);
+            }
+            m.health = Health::Departed;
+            m.departed_at = Some(Instant::now());
+            self.dead.insert(id.to_string());
+            self.health_moved.push(m.pod_uid.clone());
+        }
+        self.touch(id);
     }
 
     /// A supervisor starts in `pod`: its member id comes from its `MEMBER_ID` file. Returns
@@ -421,9 +491,22 @@ impl State {
         let new = match self.members.get_mut(&id) {
             // Two running supervisors with one id: the second never joins.
             Some(old) if old.health == Health::Alive => return None,
-            // The same member again (its id survived): Alive at its new address, in its ring.
+            // Departed through a control gateway: a supervisor with this id exits at start.
+            Some(old) if old.departure_rumor => return None,
+            // The same member again (its id survived): Alive in its ring, listed by the others
+            // at the address they knew. After an unclean death with nothing saved it is cut
+            // off; with its saved data it reports its old election for a moment.
             Some(old) => {
                 self.health_moved.push(m.pod_uid.clone());
+                old.cut_off = old.health == Health::Confirmed && m.disk.is_none();
+                if old.ip != m.ip {
+                    old.listed_ip = Some(old.listed_ip.take().unwrap_or_else(|| old.ip.clone()));
+                }
+                old.stale_election = old
+                    .stale_election
+                    .take()
+                    .filter(|_| m.disk.is_some())
+                    .map(|(_, s, l)| (Instant::now() + STALE_ELECTION, s, l));
                 old.pod = m.pod;
                 old.pod_uid = m.pod_uid;
                 old.ip = m.ip;
@@ -675,7 +758,8 @@ impl Hub {
             .cloned()
             .collect();
         for uid in gone {
-            st.stop(&uid);
+            let pod = pods.iter().find(|p| meta::uid_of(p) == uid);
+            st.stop(&uid, graceful(pod.map(|p| &**p)));
         }
         let mut joined = Vec::new();
         for pod in pods {
@@ -718,7 +802,7 @@ impl Hub {
         // Stops first: a supervisor whose pod is gone no longer holds its member id.
         for (uid, pod) in &look {
             if !pod.as_deref().is_some_and(is_running) {
-                st.stop(uid);
+                st.stop(uid, graceful(pod.as_deref()));
             }
         }
         for pod in look.values().flatten() {
@@ -753,7 +837,7 @@ impl Hub {
         let running = is_running(pod);
         if st.by_pod.contains_key(uid) {
             if !running {
-                st.stop(uid);
+                st.stop(uid, graceful(Some(pod)));
             }
             return;
         }
@@ -775,6 +859,13 @@ impl Hub {
         if new {
             joined.push(id);
         }
+    }
+
+    /// Departs `member_id` (its control gateway got `SupDepart`), and runs its group's elections.
+    pub fn depart(&self, member_id: &str) {
+        let mut st = self.state();
+        st.depart(member_id);
+        elect::run(&mut st);
     }
 
     /// Close every gateway.

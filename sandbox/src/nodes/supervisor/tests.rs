@@ -24,6 +24,10 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         mounts: vec![],
         disk: None,
         departed_at: None,
+        departure_rumor: false,
+        cut_off: false,
+        listed_ip: None,
+        stale_election: None,
     }
 }
 
@@ -58,6 +62,13 @@ fn pod(name: &str, uid: &str, ip: &str, container: Value, volumes: Value) -> Arc
         "spec": {"containers": [c], "volumes": vols},
         "status": {"phase": "Running", "podIP": ip}}),
     )
+}
+
+/// `p` crashed: the simulated kubelet marks it Failed (it is not being deleted).
+fn crashed(p: &Arc<Value>) -> Arc<Value> {
+    let mut v = (**p).clone();
+    v["status"]["phase"] = json!("Failed");
+    Arc::new(v)
 }
 
 fn peer_file(ip: &str) -> Vec<Arc<Value>> {
@@ -168,7 +179,7 @@ fn a_dead_leader_is_replaced_with_a_new_term_and_a_leader_that_kept_running_wins
 /// Facts §6: "a Confirmed member becomes Departed only after 3 days ... Until then it counts
 /// in `total`." and "Departed and confirmed members stay in `population`."
 #[tokio::test]
-async fn a_stopped_pod_leaves_a_confirmed_member_that_still_counts() {
+async fn a_crashed_pod_leaves_a_confirmed_member_that_still_counts() {
     let hub = Arc::new(Hub::default());
     let ips = ["127.250.1.2", "127.250.1.3", "127.250.1.4"];
     let cms = peer_file(ips[0]);
@@ -185,8 +196,12 @@ async fn a_stopped_pod_leaves_a_confirmed_member_that_still_counts() {
         .collect();
     step_settled(&hub, &pods, &cms);
     assert_eq!(census_of(&hub, "u0").0, "ElectionFinished");
-    // redis-2 is deleted.
-    step_settled(&hub, &pods[..2], &cms);
+    // redis-2 crashes.
+    step_settled(
+        &hub,
+        &[pods[0].clone(), pods[1].clone(), crashed(&pods[2])],
+        &cms,
+    );
     let (status, _, alive, total) = census_of(&hub, "u0");
     assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 2, 3));
     let doc = hub.census("u0").expect("census");
@@ -206,7 +221,7 @@ async fn a_stopped_pod_leaves_a_confirmed_member_that_still_counts() {
 /// (`insert_service_impl`, issue #1994)". A rollout of three fresh-id pods, one at a time:
 /// the second stop leaves 2 alive of 4 counted; the third successor finds 3 alive of 6.
 #[tokio::test]
-async fn fresh_ids_cost_quorum_in_a_rollout_and_a_newcomer_departs_the_lowest_confirmed() {
+async fn fresh_ids_after_crashes_cost_quorum_and_a_newcomer_departs_the_lowest_confirmed() {
     let hub = Arc::new(Hub::default());
     let ip = |i: u8| format!("127.250.2.{i}");
     let cms = peer_file(&ip(2));
@@ -226,22 +241,35 @@ async fn fresh_ids_cost_quorum_in_a_rollout_and_a_newcomer_departs_the_lowest_co
         let (s, _, alive, total) = census_of(hub, uid);
         (s, alive, total)
     };
-    // Replace redis-1: a new member joins while the group has quorum: nothing departs.
-    step_settled(&hub, &[pods[0].clone(), pods[2].clone()], &cms);
+    // redis-1 crashes and is replaced: a new member joins while the group has quorum: nothing
+    // departs.
+    step_settled(
+        &hub,
+        &[pods[0].clone(), crashed(&pods[1]), pods[2].clone()],
+        &cms,
+    );
     assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 2, 3));
     pods[1] = pod("redis-1", "u1b", &ip(10), json!({}), json!([]));
     step_settled(&hub, &pods, &cms);
     assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 3, 4));
-    // redis-2 stops: 2 alive of 4 counted, no quorum.
-    step_settled(&hub, &pods[..2], &cms);
+    // redis-2 crashes: 2 alive of 4 counted, no quorum.
+    step_settled(
+        &hub,
+        &[pods[0].clone(), pods[1].clone(), crashed(&pods[2])],
+        &cms,
+    );
     assert_eq!(status(&hub, "u0"), ("ElectionNoQuorum".into(), 2, 4));
     // Its successor brings 3 alive of 5: quorum again, nothing departs.
     pods[2] = pod("redis-2", "u2b", &ip(11), json!({}), json!([]));
     step_settled(&hub, &pods, &cms);
     assert_eq!(status(&hub, "u0"), ("ElectionFinished".into(), 3, 5));
-    // redis-0 stops (2 of 5); its successor makes 3 of 6, no quorum: the lowest Confirmed
+    // redis-0 crashes (2 of 5); its successor makes 3 of 6, no quorum: the lowest Confirmed
     // member departs and 3 of 5 elect.
-    step_settled(&hub, &pods[1..], &cms);
+    step_settled(
+        &hub,
+        &[crashed(&pods[0]), pods[1].clone(), pods[2].clone()],
+        &cms,
+    );
     assert_eq!(status(&hub, "u1b"), ("ElectionNoQuorum".into(), 2, 5));
     let confirmed: Vec<String> = {
         let st = hub.state();
@@ -848,4 +876,245 @@ async fn a_pass_over_what_changed_derives_the_rings_a_pass_over_the_world_does()
         incremental.shutdown();
         whole.shutdown();
     }
+}
+
+/// The message id of a complete reply of the control gateway.
+async fn reply_id(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let header = s.read_u32().await.unwrap();
+    let txn = s.read_u32().await.unwrap();
+    assert_eq!(txn >> 30, 0b11, "a complete reply");
+    let mut id = vec![0; ((header >> 20) & 0x3F) as usize];
+    s.read_exact(&mut id).await.unwrap();
+    let mut body = vec![0; (header & 0xF_FFFF) as usize];
+    s.read_exact(&mut body).await.unwrap();
+    String::from_utf8(id).unwrap()
+}
+
+/// Pods of a leader group whose `MEMBER_ID` is projected from the pod name (the identity the
+/// operator gave leader groups before it measured the real supervisor).
+fn named_ids(gen: u8, ip: impl Fn(u8) -> String) -> Vec<Arc<Value>> {
+    let id_mount = json!({"volumeMounts": [
+        {"name": "id", "mountPath": "/hab/sup/default/MEMBER_ID", "subPath": "MEMBER_ID"}]});
+    let id_volume = json!([{"name": "id", "downwardAPI": {"items": [
+        {"path": "MEMBER_ID", "fieldRef": {"fieldPath": "metadata.name"}}]}}]);
+    (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{gen}-{i}"),
+                &ip(gen * 10 + i),
+                id_mount.clone(),
+                id_volume.clone(),
+            )
+        })
+        .collect()
+}
+
+fn member_in<'a>(doc: &'a Value, id: &str) -> &'a Value {
+    &doc["census_groups"]["redis.default"]["population"][id]
+}
+
+/// Measured with the real supervisor (README of `../shared/habitat`, item 1 of "What the real
+/// supervisor showed"... and the facts' section 7): a pod deleted gracefully gets SIGTERM and
+/// its supervisor departs itself, so it no longer counts toward quorum.
+#[tokio::test]
+async fn a_deleted_pod_departs_itself() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.6.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &peer_file(&ip(2)));
+    step_settled(&hub, &pods[..2], &peer_file(&ip(2)));
+    let (status, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 2, 2));
+    hub.shutdown();
+}
+
+/// Measured (facts §7): after an unclean death, the same `MEMBER_ID` with an empty
+/// `/hab/sup/default/data` leaves the restarted member cut off in its own view (one alive
+/// member, no election, its hooks never run) while the others list it alive; and the others
+/// keep listing a rejoined same-id member at its old address.
+#[tokio::test]
+async fn the_same_id_after_a_crash_is_cut_off_and_listed_at_its_old_address() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.7.{i}");
+    let first = named_ids(1, ip);
+    step_settled(&hub, &first, &peer_file(&ip(10)));
+    let crash = vec![first[0].clone(), first[1].clone(), crashed(&first[2])];
+    step_settled(&hub, &crash, &peer_file(&ip(10)));
+    let back = vec![
+        first[0].clone(),
+        first[1].clone(),
+        named_ids(2, ip)[2].clone(),
+    ];
+    step_settled(&hub, &back, &peer_file(&ip(10)));
+    let (status, leader, alive, _) = census_of(&hub, "u2-2");
+    assert_eq!(
+        (status.as_str(), leader, alive),
+        ("ElectionInProgress", None, 1)
+    );
+    assert!(!hub.healthy("u2-2"), "its hooks never run");
+    let theirs = hub.census("u1-0").expect("census");
+    let m = member_in(&theirs, "redis-2");
+    assert_eq!(
+        (m["alive"].clone(), m["sys"]["ip"].clone()),
+        (json!(true), json!(ip(12)))
+    );
+    assert_eq!(
+        member_in(&hub.census("u2-2").unwrap(), "redis-2")["sys"]["ip"],
+        ip(22)
+    );
+    hub.shutdown();
+}
+
+/// Measured: `hab sup depart` is permanent, a supervisor started again with a departed id
+/// exits (code 86); and the control gateway on `IP:9632` takes the handshake and the departure.
+#[tokio::test]
+async fn the_control_gateway_departs_a_member_for_good() {
+    use tokio::io::AsyncWriteExt;
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.8.{i}");
+    let first = named_ids(1, ip);
+    step_settled(&hub, &first, &peer_file(&ip(10)));
+    let crash = vec![first[0].clone(), first[1].clone(), crashed(&first[2])];
+    step_settled(&hub, &crash, &peer_file(&ip(10)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let frame = |id: &str, body: &[u8], txn: u32| {
+        let header = (1u32 << 31) | ((id.len() as u32) << 20) | body.len() as u32;
+        let mut out = header.to_be_bytes().to_vec();
+        out.extend_from_slice(&txn.to_be_bytes());
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(body);
+        out
+    };
+    let string = |s: &str| {
+        let mut b = vec![0x0A, s.len() as u8];
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    let addr = format!("{}:9632", ip(10));
+    // An empty secret is refused.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&frame("Handshake", &string(""), 0))
+        .await
+        .unwrap();
+    assert_eq!(reply_id(&mut s).await, "NetErr");
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&frame("Handshake", &string("secret"), 0))
+        .await
+        .unwrap();
+    assert_eq!(reply_id(&mut s).await, "NetOk");
+    s.write_all(&frame("SupDepart", &string("redis-2"), 1))
+        .await
+        .unwrap();
+    assert_eq!(reply_id(&mut s).await, "NetOk");
+    let doc = hub.census("u1-0").expect("census");
+    assert_eq!(member_in(&doc, "redis-2")["departed"], true);
+    // The same id never starts again.
+    let back = vec![
+        first[0].clone(),
+        first[1].clone(),
+        named_ids(2, ip)[2].clone(),
+    ];
+    step_settled(&hub, &back, &peer_file(&ip(10)));
+    assert!(hub.census("u2-2").is_none(), "a departed id does not start");
+    assert_eq!(
+        member_in(&hub.census("u1-0").unwrap(), "redis-2")["departed"],
+        true
+    );
+    hub.shutdown();
+}
+
+/// Measured: a supervisor restarted with its saved data serves its old election (its old
+/// leader, finished) for about a second before gossip corrects it.
+#[tokio::test]
+async fn a_restart_with_saved_data_reports_its_old_election_for_a_moment() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.9.{i}");
+    let mount = json!({"volumeMounts": [{"name": "data", "mountPath": "/hab/sup"}]});
+    let claim = |i: u8| json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-redis-{i}")}}]);
+    let at = |gen: u8, i: u8| {
+        pod(
+            &format!("redis-{i}"),
+            &format!("u{gen}-{i}"),
+            &ip(gen * 10 + i),
+            mount.clone(),
+            claim(i),
+        )
+    };
+    let first: Vec<Arc<Value>> = (0..3).map(|i| at(1, i)).collect();
+    step_settled(&hub, &first, &peer_file(&ip(10)));
+    let (_, old_leader, _, _) = census_of(&hub, "u1-0");
+    // redis-0 crashes; while it is away the group's election restarts without a quorum change
+    // being visible to it: its view is the one it saved.
+    let crash = vec![crashed(&first[0]), first[1].clone(), first[2].clone()];
+    step_settled(&hub, &crash, &peer_file(&ip(11)));
+    {
+        let mut st = hub.state();
+        let key = (
+            "ns/".to_string() + &st.members.values().next().unwrap().ring,
+            "redis.default".to_string(),
+        );
+        if let Some(g) = st.groups.get_mut(&key) {
+            g.status = Election::InProgress;
+            g.leader_id = None;
+            g.running_until = Some(Instant::now() + Duration::from_secs(30));
+        }
+    }
+    let back = vec![at(2, 0), first[1].clone(), first[2].clone()];
+    hub.step(Some((&back, &peer_file(&ip(11)))));
+    let (status, leader, _, _) = census_of(&hub, "u2-0");
+    assert_eq!(
+        (status.as_str(), leader.clone()),
+        ("ElectionFinished", old_leader.clone())
+    );
+    std::thread::sleep(STALE_ELECTION + Duration::from_millis(50));
+    let (status, _, _, _) = census_of(&hub, "u2-0");
+    assert_eq!(
+        status,
+        census_of(&hub, "u1-1").0,
+        "corrected: the group's own view"
+    );
+    hub.shutdown();
+}
+
+/// A failed pod that its StatefulSet controller then deletes signals no supervisor: it died
+/// with the crash, so its member stays Confirmed (the nodes may see only the deletion).
+#[tokio::test]
+async fn deleting_a_crashed_pod_departs_nothing() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.10.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &peer_file(&ip(2)));
+    let mut failed_and_deleted = (*crashed(&pods[2])).clone();
+    failed_and_deleted["metadata"]["deletionTimestamp"] = json!("2026-12-07T15:00:00Z");
+    let world = vec![
+        pods[0].clone(),
+        pods[1].clone(),
+        Arc::new(failed_and_deleted),
+    ];
+    step_settled(&hub, &world, &peer_file(&ip(2)));
+    let (_, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((alive, total), (2, 3));
+    hub.shutdown();
 }
