@@ -609,7 +609,8 @@ impl Run {
         let _ = std::fs::remove_dir_all(&fs_root);
         std::fs::create_dir_all(fs_root.join("hab/sup/default")).map_err(io)?;
         std::fs::create_dir_all(fs_root.join("hab/cache/keys")).map_err(io)?;
-        package::write_package(&fs_root, &ident).map_err(io)?;
+        let binds = package::bind_names(c.args.as_deref().unwrap_or_default());
+        package::write_package(&fs_root, &ident, &binds).map_err(io)?;
         let mut projected = Vec::new();
         for (m, content) in &mounts {
             volumes::mount(&fs_root, m, content).map_err(io)?;

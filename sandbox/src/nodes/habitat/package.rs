@@ -18,8 +18,10 @@ pub const CTL_PORT: u16 = 9632;
 /// install: a `native` package (hooks run with the supervisor's own PATH; a `standard` one
 /// would make the supervisor fetch core/busybox-static from Builder) whose run hook prints its
 /// identity and sleeps, whose health check fails while `{svc_data_path}/unhealthy` exists, with
-/// a `default.toml` and a config template that renders every setting. Returns its directory.
-pub fn write_package(fs_root: &Path, ident: &str) -> io::Result<PathBuf> {
+/// a `default.toml` and a config template that renders every setting. It exports `port`, and
+/// declares each of `binds` (a required bind on a service exporting `port`): the supervisor
+/// refuses a `--bind` the package does not declare. Returns its directory.
+pub fn write_package(fs_root: &Path, ident: &str, binds: &[String]) -> io::Result<PathBuf> {
     let parts: Vec<&str> = ident.split('/').collect();
     let [origin, name, version, release] = parts.as_slice() else {
         return Err(io::Error::new(
@@ -74,11 +76,32 @@ pub fn write_package(fs_root: &Path, ident: &str) -> io::Result<PathBuf> {
         std::fs::write(dir.join(file), text)?;
     }
     std::fs::remove_file(dir.join("hooks/.keep"))?;
+    if !binds.is_empty() {
+        let lines: String = binds.iter().map(|b| format!("{b}=port\n")).collect();
+        std::fs::write(dir.join("BINDS"), lines)?;
+    }
     for hook in ["hooks/run", "hooks/health-check"] {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.join(hook), std::fs::Permissions::from_mode(0o755))?;
     }
     Ok(dir)
+}
+
+/// The names of the binds in the container's arguments (`--bind NAME:SERVICE.GROUP`).
+pub fn bind_names(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.strip_prefix("--bind=") {
+            Some(v) => Some(v.to_string()),
+            None if a == "--bind" => it.next().cloned(),
+            None => None,
+        };
+        if let Some((name, _)) = value.as_deref().and_then(|v| v.split_once(':')) {
+            out.push(name.to_string());
+        }
+    }
+    out
 }
 
 /// The container's arguments as the supervisor in the pod gets them, on the pod's IP: a pod's
@@ -295,11 +318,16 @@ mod tests {
     #[test]
     fn a_package_is_a_local_install_with_hooks() {
         let dir = tempfile::tempdir().expect("tmp");
-        let p = write_package(dir.path(), "acme/web/0.1.0/20250101000001").expect("written");
+        let binds = bind_names(&s(&["--group", "g", "--bind", "db:postgresql.default"]));
+        assert_eq!(binds, s(&["db"]));
+        let p =
+            write_package(dir.path(), "acme/web/0.1.0/20250101000001", &binds).expect("written");
+        let declared = std::fs::read_to_string(p.join("BINDS")).expect("BINDS");
+        assert_eq!(declared, "db=port\n");
         assert!(p.ends_with("hab/pkgs/acme/web/0.1.0/20250101000001"));
         let ident = std::fs::read_to_string(p.join("IDENT")).expect("IDENT");
         assert_eq!(ident, "acme/web/0.1.0/20250101000001\n");
         assert!(p.join("hooks/health-check").is_file() && !p.join("hooks/.keep").exists());
-        assert!(write_package(dir.path(), "acme/web").is_err());
+        assert!(write_package(dir.path(), "acme/web", &[]).is_err());
     }
 }
