@@ -302,3 +302,112 @@ async fn a_crashed_leader_pod_restarts_and_the_group_serves_again() {
     }
     stop_and_check_no_process_left(&mut env, &states);
 }
+
+/// The text of `file` under `pod`'s container root, "" when missing.
+fn read_in(states: &States, pod: &str, file: &str) -> String {
+    states
+        .container(pod)
+        .and_then(|c| std::fs::read_to_string(c.fs_root.join(file)).ok())
+        .unwrap_or_default()
+}
+
+/// (c) A standalone Habitat with `spec.service.configSecretName`: the Secret's user.toml is in
+/// the service's rendered config, and a change of the Secret reaches it (through the volume's
+/// `..data` swap and the supervisor's user.toml watcher) without a pod or container restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_toml_change_reaches_the_service_without_a_restart() {
+    let Some((mut env, states)) = start("real-user-toml").await else {
+        return;
+    };
+    env.apply_example("config");
+    env.wait_phase("example-config", "Ready", FORM).await;
+    let pod = "example-config-0";
+    let rendered = "hab/svc/redis/config/service.toml";
+    wait_for(FORM, "user.toml's port in the rendered config", || {
+        let ok = read_in(&states, pod, rendered).contains("port = 6380");
+        async move { ok }
+    })
+    .await;
+    let before = states.container(pod).expect("a running container");
+    let uid = env.api::<Pod>().get(pod).await.expect("the pod").uid();
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: example-config-user-toml\n\
+         type: Opaque\nstringData:\n  user.toml: |\n    port = 6390\n",
+    );
+    let began = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(60),
+        "the new port in the rendered config",
+        || {
+            let ok = read_in(&states, pod, rendered).contains("port = 6390");
+            async move { ok }
+        },
+    )
+    .await;
+    eprintln!(
+        "the Secret's change was rendered {:.1}s after it was applied",
+        began.elapsed().as_secs_f64()
+    );
+    let after = states.container(pod).expect("a running container");
+    assert_eq!(
+        (after.incarnation, after.session),
+        (before.incarnation, before.session),
+        "the container was not restarted"
+    );
+    let now = env.api::<Pod>().get(pod).await.expect("the pod").uid();
+    assert_eq!(now, uid, "the pod was not replaced");
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// (d) A generated ring key: two Habitats naming the same ring get the operator's key Secret,
+/// each supervisor runs with `--ring` and the key in its cache, and their members gossip as one
+/// encrypted ring (each census holds both service groups).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_with_a_generated_ring_key_form_one_ring() {
+    let Some((mut env, states)) = start("real-ring").await else {
+        return;
+    };
+    env.apply_example("generated-ring");
+    env.wait_phase("example-ring-a", "Ready", FORM).await;
+    env.wait_phase("example-ring-b", "Ready", FORM).await;
+    for pod in ["example-ring-a-0", "example-ring-b-0"] {
+        let c = states.container(pod).expect("a running container");
+        let keys: Vec<String> = std::fs::read_dir(c.fs_root.join("hab/cache/keys"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            keys.iter()
+                .any(|k| k.starts_with("example-ring-") && k.ends_with(".sym.key")),
+            "{pod}: the ring key in the cache: {keys:?}"
+        );
+    }
+    let began = std::time::Instant::now();
+    loop {
+        let both = ["example-ring-a-0", "example-ring-b-0"].iter().all(|pod| {
+            states
+                .container(pod)
+                .and_then(|c| census(&c.ip))
+                .is_some_and(|c| {
+                    ["redis.default", "redis.b"]
+                        .iter()
+                        .all(|sg| election(&c, sg).1.len() == 1)
+                })
+        });
+        if both {
+            break;
+        }
+        if began.elapsed() > FORM {
+            panic!(
+                "the two Habitats of ring example-ring do not gossip as one ring:\n{}\n{}",
+                diagnose(&env, &states, "example-ring-a", "redis.b").await,
+                diagnose(&env, &states, "example-ring-b", "redis.default").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop_and_check_no_process_left(&mut env, &states);
+}

@@ -287,6 +287,37 @@ mod tests {
         assert!(Cli::try_parse_from(["habitat-operator", "sandbox", "--namespace", "x"]).is_err());
     }
 
+    #[cfg(feature = "sandbox")]
+    #[test]
+    fn real_supervisors_are_chosen_on_both_sandbox_modes() {
+        let parse = |args: &[&str]| -> SandboxArgs {
+            let all = ["habitat-operator", "sandbox"].iter().chain(args);
+            match Cli::try_parse_from(all).expect("valid flags").command {
+                Command::Sandbox(s) => s,
+                _ => panic!("not the sandbox command"),
+            }
+        };
+        assert_eq!(parse(&[]).supervisors, Supervisors::Simulated);
+        let embedded = parse(&["--supervisors", "real", "--until-ready"]);
+        assert_eq!(embedded.supervisors, Supervisors::Real);
+        let nodes = parse(&[
+            "--kubeconfig",
+            "k",
+            "--supervisors",
+            "real",
+            "--supervisor-state-dir",
+            "/tmp/s",
+        ]);
+        assert_eq!(nodes.supervisors, Supervisors::Real);
+        assert_eq!(
+            nodes.supervisor_state_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/s"))
+        );
+        assert!(
+            Cli::try_parse_from(["habitat-operator", "sandbox", "--supervisors", "fake"]).is_err()
+        );
+    }
+
     #[test]
     fn zero_workers_is_refused() {
         assert!(Cli::try_parse_from(["habitat-operator", "run", "--workers", "0"]).is_err());
