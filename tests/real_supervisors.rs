@@ -410,3 +410,76 @@ async fn members_with_a_generated_ring_key_form_a_ring() {
     }
     stop_and_check_no_process_left(&mut env, &states);
 }
+
+/// Whether `pod` is Ready, as its status says.
+async fn pod_ready(env: &Env, pod: &str) -> bool {
+    env.api::<Pod>().get(pod).await.ok().is_some_and(|p| {
+        p.status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+}
+
+/// Inside one pod, on the sandbox with real supervisors: a health check turned critical makes
+/// the pod not Ready through its readiness probe (the supervisor's health endpoint), and Ready
+/// again once it passes. `hab-sup` killed alone (SIGKILL): the real launcher (2.1.78) does not
+/// restart it but shuts everything down and exits ("Supervisor process killed by signal 9"),
+/// so the container ends and the kubelet restarts it (restartCount 1, a fresh filesystem), and
+/// the pod is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() {
+    require_kubectl!();
+    let Some((mut env, states)) = Env::start_real_supervisors(Ground::Sandbox, "real-health", true)
+        .await
+        .map(|env| {
+            let states = env.supervisors.clone().expect("real supervisors' states");
+            (env, states)
+        })
+    else {
+        return;
+    };
+    env.apply_example("standalone");
+    let h = env.wait_phase("example-standalone", "Ready", FORM).await;
+    let pod = format!("{}-0", h.name_any());
+    let before = states.container(&pod).expect("a running container");
+    // The supervisor runs the health check every 30 s by default; the probe every 5 s.
+    let health = Duration::from_secs(75);
+    states.set_unhealthy(&pod, true);
+    wait_for(health, "the pod not Ready while unhealthy", || {
+        let env = &env;
+        let pod = pod.clone();
+        async move { !pod_ready(env, &pod).await }
+    })
+    .await;
+    states.set_unhealthy(&pod, false);
+    wait_for(health, "the pod Ready again once healthy", || {
+        let env = &env;
+        let pod = pod.clone();
+        async move { pod_ready(env, &pod).await }
+    })
+    .await;
+    states.kill_sup(&pod);
+    let after = states
+        .wait_container(&pod, FORM, "is a new incarnation", |c| {
+            c.incarnation > before.incarnation
+        })
+        .await;
+    assert_ne!(after.fs_root, before.fs_root, "a fresh filesystem");
+    wait_for(FORM, "the pod Ready again, restarted once", || {
+        let api = env.api::<Pod>();
+        let env = &env;
+        let pod = pod.clone();
+        async move {
+            let restarts = api
+                .get(&pod)
+                .await
+                .ok()
+                .and_then(|p| p.status)
+                .and_then(|s| s.container_statuses)
+                .map(|cs| cs.iter().map(|c| c.restart_count).sum::<i32>());
+            restarts == Some(1) && pod_ready(env, &pod).await
+        }
+    })
+    .await;
+    stop_and_check_no_process_left(&mut env, &states);
+}

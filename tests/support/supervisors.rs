@@ -134,8 +134,9 @@ impl States {
         c
     }
 
-    /// Kills only `hab-sup` of `pod` (SIGKILL): its launcher restarts it on the same
-    /// filesystem. Returns the pid killed.
+    /// Kills only `hab-sup` of `pod` (SIGKILL). The real launcher (2.1.78) then stops the
+    /// service and exits ("Supervisor process killed by signal 9; shutting everything down"),
+    /// so the container ends and the kubelet restarts it. Returns the pid killed.
     pub fn kill_sup(&self, pod: &str) -> i32 {
         let c = self
             .container(pod)
