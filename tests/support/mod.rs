@@ -276,21 +276,25 @@ impl Env {
             (Ground::Sandbox, _) => {
                 let kc = dir.path().join("kubeconfig");
                 let log = std::fs::File::create(dir.path().join("sandbox.log")).expect("log file");
-                let child = Command::new(bin())
-                    .args([
-                        "sandbox",
-                        "--no-operator",
-                        "--log-level",
-                        "warn",
-                        "--kubeconfig-out",
-                    ])
-                    .arg(&kc)
-                    .args(&sandbox_flags)
-                    .arg(root().join("crds/habitat.yaml"))
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()
-                    .expect("start the sandbox");
+                let mut cmd = Command::new(bin());
+                cmd.args([
+                    "sandbox",
+                    "--no-operator",
+                    "--log-level",
+                    "warn",
+                    "--kubeconfig-out",
+                ])
+                .arg(&kc)
+                .args(&sandbox_flags)
+                .arg(root().join("crds/habitat.yaml"))
+                .stdout(Stdio::null())
+                .stderr(log);
+                if real_supervisors {
+                    // The supervisors' temporary root goes with the test's directory, even
+                    // after a SIGKILL of the sandbox.
+                    cmd.env("TMPDIR", dir.path());
+                }
+                let child = cmd.spawn().expect("start the sandbox");
                 let proc = if real_supervisors {
                     graceful = Some(supervisors::Graceful(child, Duration::from_secs(15)));
                     None
@@ -380,7 +384,9 @@ impl Env {
             .arg(&self.kubeconfig)
             .args(["--namespace", &self.namespace])
             .args(flags)
-            .env("RUST_LOG", "habitat_sandbox=info")
+            // The supervisors' temporary root goes with the test's directory, even after a
+            // SIGKILL of the nodes.
+            .env("TMPDIR", self._dir.path())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
