@@ -425,7 +425,9 @@ async fn pod_ready(env: &Env, pod: &str) -> bool {
 /// again once it passes. `hab-sup` killed alone (SIGKILL): the real launcher (2.1.78) does not
 /// restart it but shuts everything down and exits ("Supervisor process killed by signal 9"),
 /// so the container ends and the kubelet restarts it (restartCount 1, a fresh filesystem), and
-/// the pod is Ready again.
+/// the pod is Ready again. Deleting the pod stops its container with SIGTERM (the supervisor
+/// stops its service and exits well before the 30 s grace period that ends in SIGKILL), and
+/// the pod is gone only once nothing of it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() {
     require_kubectl!();
@@ -481,6 +483,31 @@ async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() 
         }
     })
     .await;
+    let running = states.container(&pod).expect("a running container");
+    let uid = env.api::<Pod>().get(&pod).await.expect("the pod").uid();
+    let began = std::time::Instant::now();
+    env.kubectl_ok(&["delete", "pod", &pod, "--wait=false"]);
+    wait_for(Duration::from_secs(25), "the deleted pod gone", || {
+        let api = env.api::<Pod>();
+        let (pod, uid) = (pod.clone(), uid.clone());
+        async move { api.get(&pod).await.ok().map(|p| p.uid()) != Some(uid) }
+    })
+    .await;
+    let left = session_pids(running.session);
+    assert!(
+        left.is_empty(),
+        "the deleted pod's processes {left:?} outlive it"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "stopped by SIGTERM, not SIGKILL after the grace period: {:?}",
+        began.elapsed()
+    );
+    states
+        .wait_container(&pod, FORM, "runs the new pod", |c| {
+            uid.as_deref() != Some(&c.uid)
+        })
+        .await;
     stop_and_check_no_process_left(&mut env, &states);
 }
 

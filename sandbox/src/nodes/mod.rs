@@ -8,6 +8,9 @@
 //! of a real cluster's pods. On a server that serves Nodes it registers that Node and renews its
 //! Lease ([`mod@node`]), as a kubelet does. Only pods bound to [`kubelet::NODE_NAME`] (or
 //! not bound yet) are touched.
+//!
+//! With [`Nodes::start_with`] and a [`habitat::Config`], the Habitat pods run the real Habitat
+//! supervisor instead of a simulated one ([`mod@habitat`]).
 
 pub mod habitat;
 pub mod kubelet;
