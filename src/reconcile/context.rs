@@ -17,7 +17,7 @@ use crate::cluster::events::EventSink;
 use crate::reconcile::allocating::Allocating;
 use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::Indexes;
-use crate::reconcile::memo::FingerprintMemo;
+use crate::reconcile::memo::VerifiedChildren;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::requeue::Backoffs;
@@ -80,8 +80,8 @@ pub struct Context {
     /// Per object uid, when a converging Habitat's pending progress was first seen: progress is
     /// written once it has waited `status::PROGRESS_INTERVAL`.
     pub progress: crate::reconcile::status::ProgressClock,
-    /// The fingerprints of each Habitat's desired workload, for its current generation and key.
-    pub fingerprints: FingerprintMemo,
+    /// The versions of each Habitat's children found current, for its generation and key.
+    pub verified: VerifiedChildren,
     /// This process's writes whose watch events must not wake their Habitat again (shared with
     /// the watches that drop them).
     pub echoes: Arc<Echoes>,

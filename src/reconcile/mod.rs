@@ -12,6 +12,7 @@ pub mod allocating;
 pub mod conditions;
 pub mod context;
 pub mod decide;
+pub mod drift;
 pub mod echoes;
 pub mod index;
 pub mod leader;
@@ -203,7 +204,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Err(e) => return Err(e),
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
-    let mut decider = Decider::remembering(&ctx.fingerprints);
+    let mut decider = Decider::remembering(&ctx.verified);
     let (added, pass) = futures::join!(
         async {
             match adding {
@@ -279,7 +280,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         }
     }
     if h.metadata.deletion_timestamp.is_some() {
-        ctx.fingerprints.forget(&uid);
+        ctx.verified.forget(&uid);
     }
     // Only converging Habitats are remembered (the others' next write is never deferred).
     ctx.progress.decided(&uid, worth, converging, clock_now);
@@ -720,7 +721,7 @@ mod tests {
             last_failure: Mutex::new(Default::default()),
             written_over: Mutex::new(Default::default()),
             progress: Default::default(),
-            fingerprints: Default::default(),
+            verified: Default::default(),
             echoes: Default::default(),
             synced: Arc::new(AtomicBool::new(true)),
         })
@@ -1040,8 +1041,8 @@ mod tests {
     struct Timed {
         delay: Duration,
         log: Arc<Mutex<Vec<Span>>>,
-        /// Holds the Nth POST (from 0) to a Services collection this much longer.
-        hold_service_post: Option<(usize, Duration)>,
+        /// Holds the Nth write (from 0) of a Service this much longer.
+        hold_service_write: Option<(usize, Duration)>,
     }
 
     impl<S> tower::Layer<S> for Timed {
@@ -1080,11 +1081,9 @@ mod tests {
             let mut delay = self.timed.delay;
             let at = {
                 let mut spans = log.lock().unwrap_or_else(|p| p.into_inner());
-                let service_post = |s: &Span| s.method == "POST" && s.path.ends_with("/services");
-                if let Some((nth, longer)) = self.timed.hold_service_post {
-                    let before = spans.iter().filter(|s| service_post(s)).count();
-                    if request.method() == "POST"
-                        && request.uri().path().ends_with("/services")
+                if let Some((nth, longer)) = self.timed.hold_service_write {
+                    let before = spans.iter().filter(|s| service_write(s)).count();
+                    if is_service_write(request.method().as_str(), request.uri().path())
                         && before == nth
                     {
                         delay += longer;
@@ -1107,6 +1106,18 @@ mod tests {
                 answer
             })
         }
+    }
+
+    /// Whether a request is a write of a Service (every child is written by an apply: a PATCH).
+    fn is_service_write(method: &str, path: &str) -> bool {
+        method == "PATCH"
+            && path
+                .rsplit_once('/')
+                .is_some_and(|(c, _)| c.ends_with("/services"))
+    }
+
+    fn service_write(s: &Span) -> bool {
+        is_service_write(&s.method, &s.path)
     }
 
     /// A client of `sandbox` whose requests go through `timed`.
@@ -1132,25 +1143,22 @@ mod tests {
         let timed = Timed {
             delay: Duration::from_millis(100),
             log: Default::default(),
-            hold_service_post: None,
+            hold_service_write: None,
         };
         let ctx = context(timed_client(&sandbox, &timed).await);
         reconcile(Arc::new(created), ctx)
             .await
             .expect("the reconcile succeeds");
         let log = timed.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        // A child the cache does not hold is created: a POST to its collection.
+        // Every child is written by an apply, new or not: a PATCH of the object.
         let writes: Vec<&Span> = log
             .iter()
             .filter(|s| s.method == "PATCH" || (s.method == "POST" && !s.path.ends_with("/events")))
             .collect();
         let write = |path: &str| {
-            let collection = path.rsplit_once('/').map_or(path, |(c, _)| c);
             *writes
                 .iter()
-                .find(|s| {
-                    s.path.ends_with(path) || (s.method == "POST" && s.path.ends_with(collection))
-                })
+                .find(|s| s.path.ends_with(path))
                 .unwrap_or_else(|| panic!("no write of {path} in {writes:#?}"))
         };
         let answered = |s: &Span| s.answered.expect("every write is answered");
@@ -1218,12 +1226,12 @@ mod tests {
         let (sandbox, plain) = sandbox_with_crd().await;
         let (_, created) =
             habitat_of(&plain, "leader", crate::api::fixtures::habitat().leader()).await;
-        // The pass's POSTs to the Services collection: the headless Service's, then, from the
-        // task beside it, the leader Service's, held for 3 s.
+        // The pass's writes of Services: the headless Service's, then, from the task beside it,
+        // the leader Service's, held for 3 s.
         let timed = Timed {
             delay: Duration::ZERO,
             log: Default::default(),
-            hold_service_post: Some((1, Duration::from_secs(3))),
+            hold_service_write: Some((1, Duration::from_secs(3))),
         };
         let ctx = context(timed_client(&sandbox, &timed).await);
         let started = std::time::Instant::now();
@@ -1277,14 +1285,14 @@ mod tests {
             live.metadata.uid,
             "the created Service, from the memory of recent writes"
         );
-        let posts = timed
+        let writes = timed
             .log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|s| s.method == "POST" && s.path.ends_with("/services"))
+            .filter(|s| service_write(s))
             .count();
-        assert_eq!(posts, 2, "one create for each Service");
+        assert_eq!(writes, 2, "one apply for each Service");
         sandbox.shutdown().await;
     }
 
@@ -1480,7 +1488,7 @@ mod tests {
         pod.metadata.namespace = Some("gone-pod".into());
         snap.pods.push(pod);
         let desired = decide::Desired {
-            fingerprints: None,
+            workload_current: false,
             workload: None,
             peers: vec![],
             mislabelled: vec![("redis-0".into(), true)],

@@ -465,7 +465,7 @@ pub async fn run(
         last_failure: Mutex::new(Default::default()),
         written_over: Mutex::new(Default::default()),
         progress: Default::default(),
-        fingerprints: Default::default(),
+        verified: Default::default(),
         echoes,
         synced: ready.clone(),
     });
