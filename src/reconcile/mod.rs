@@ -26,6 +26,7 @@ pub mod ring;
 pub mod rollout;
 pub mod secrets;
 pub mod slim;
+pub mod state;
 pub mod status;
 
 use std::sync::Arc;
@@ -168,6 +169,7 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
     }
     // Not sooner than the API server asked for (429/503 with Retry-After), within the cap.
     let delay = ctx
+        .habitats
         .backoffs
         .next_at_least(&h.uid().unwrap_or_default(), error.retry_after());
     ctx.metrics.failed(error.category());
@@ -204,7 +206,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Err(e) => return Err(e),
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
-    let mut decider = Decider::remembering(&ctx.verified);
+    let mut decider = Decider::remembering(&ctx.habitats.verified);
     let (added, pass) = futures::join!(
         async {
             match adding {
@@ -260,7 +262,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
     let converging = status::converging(pass.phase);
     let mut deferred = None;
     let clock_now = std::time::Instant::now();
-    let waited = ctx.progress.waited(&uid, clock_now);
+    let waited = ctx.habitats.progress.waited(&uid, clock_now);
     let worth = status::worth_writing(&new, &old, pass.phase, Some(waited));
     match worth {
         Worth::Nothing => {}
@@ -271,7 +273,8 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
             // (the server already held this status) no newer copy would ever come to clear it.
             if let (Some(before), Some(after)) = (version, written) {
                 if before != after {
-                    ctx.written_over
+                    ctx.habitats
+                        .written_over
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(uid.clone(), before);
@@ -280,10 +283,13 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         }
     }
     if h.metadata.deletion_timestamp.is_some() {
-        ctx.verified.forget(&uid);
+        ctx.habitats.forget(&uid);
     }
     // Only converging Habitats are remembered (the others' next write is never deferred).
-    ctx.progress.decided(&uid, worth, converging, clock_now);
+    ctx.habitats
+        .progress
+        .decided(&uid, worth, converging, clock_now);
+    ctx.metrics.state_entries(ctx.habitats.len());
     ctx.events.send(h, notes);
     match pass.failure {
         Some(e) => Err(e),
@@ -314,7 +320,11 @@ const STALE_RETRY: Duration = Duration::from_secs(1);
 /// Whether `h` is the version our last status write of it replaced. Forgets the mark once a
 /// newer version arrives.
 fn stale(ctx: &Context, uid: &str, h: &Habitat) -> bool {
-    let mut marks = ctx.written_over.lock().unwrap_or_else(|p| p.into_inner());
+    let mut marks = ctx
+        .habitats
+        .written_over
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     match (marks.get(uid), h.resource_version()) {
         (Some(over), Some(version)) if *over == version => {
             // The written copy's watch event wakes the object (it would be dropped as an echo).
@@ -446,7 +456,11 @@ fn record(
         notes.extend(Note::passage(&path, &why));
     }
     notes.extend(user_warnings(&old.conditions, &new.conditions));
-    let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+    let mut last = ctx
+        .habitats
+        .last_failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     match &pass.failure {
         Some(e) => {
             let message = e.chain(1024);
@@ -582,12 +596,12 @@ fn next_requeue(
         // for kube-controller-manager to create its pods was reconciled 6 times for nothing at
         // N = 1000 on the real ground (docs/performance.md, thirtieth pass).
         Outcome::Waiting(Blocker::Election) if stalled => {
-            ctx.backoffs.reset(uid);
+            ctx.habitats.backoffs.reset(uid);
             Some(ctx.resync)
         }
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
-            let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
+            let delay = ctx.habitats.backoffs.next(uid).min(LEADER_POLL);
             ctx.metrics.backoff(delay.as_secs_f64());
             Some(delay)
         }
@@ -596,7 +610,7 @@ fn next_requeue(
         Outcome::Waiting(Blocker::Rollout) => None,
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => None,
         Outcome::Waiting(blocker) => {
-            ctx.backoffs.reset(uid);
+            ctx.habitats.backoffs.reset(uid);
             Some(if !leader {
                 ctx.resync
             } else if *blocker == Blocker::Nothing && !follows_channel(h) {
@@ -633,7 +647,6 @@ mod tests {
     use crate::cluster::events::Recorder;
     use crate::reconcile::context::Stores;
     use crate::reconcile::metrics::Metrics;
-    use crate::reconcile::requeue::Backoffs;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
     use kube::runtime::events::Reporter;
@@ -715,13 +728,9 @@ mod tests {
             resync: crate::reconcile::requeue::RESYNC,
             census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
                 as Arc<dyn CensusSource>,
-            backoffs: Backoffs::default(),
+            habitats: Default::default(),
             generated_keys: Mutex::new(Default::default()),
             key_generation: tokio::sync::Mutex::new(()),
-            last_failure: Mutex::new(Default::default()),
-            written_over: Mutex::new(Default::default()),
-            progress: Default::default(),
-            verified: Default::default(),
             echoes: Default::default(),
             synced: Arc::new(AtomicBool::new(true)),
         })
@@ -736,7 +745,8 @@ mod tests {
         let mut h = crate::api::fixtures::habitat();
         h.metadata.resource_version = Some("41".into());
         assert!(!stale(&ctx, "uid", &h), "nothing written yet");
-        ctx.written_over
+        ctx.habitats
+            .written_over
             .lock()
             .expect("lock")
             .insert("uid".into(), "41".into());
@@ -1436,7 +1446,7 @@ mod tests {
             .expect("not a failure");
         assert_eq!(action, Action::await_change());
         assert!(
-            ctx.last_failure.lock().expect("lock").is_empty(),
+            ctx.habitats.last_failure.lock().expect("lock").is_empty(),
             "no Warning Event is recorded"
         );
         let text = ctx.metrics.render();
