@@ -52,6 +52,26 @@ pub fn covers(live: &Value, desired: &Value) -> bool {
     }
 }
 
+/// The path of the first field `desired` sets that `live` does not carry, when [`covers`] is
+/// false: what a debug log names.
+pub fn first_difference(live: &Value, desired: &Value) -> Option<String> {
+    if covers(live, desired) {
+        return None;
+    }
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => d.iter().find_map(|(k, dv)| {
+            let lv = l.get(k).unwrap_or(&Value::Null);
+            first_difference(lv, dv).map(|rest| format!(".{k}{rest}"))
+        }),
+        (Value::Array(l), Value::Array(d)) if d.iter().all(Value::is_object) => d
+            .iter()
+            .enumerate()
+            .find(|(_, dv)| !l.iter().any(|lv| covers(lv, dv)))
+            .map(|(i, _)| format!("[{i}]")),
+        _ => Some(format!(" = {live} (desired {desired})")),
+    }
+}
+
 fn is_zero(v: &Value) -> bool {
     match v {
         Value::Null => true,
@@ -65,23 +85,44 @@ fn is_zero(v: &Value) -> bool {
 
 /// Whether the live child `live` carries what applying `desired` would write: `desired`
 /// stamped with its fingerprint, as [`apply`](crate::cluster::apply::apply) sends it.
-pub fn carries<K: kube::Resource + Serialize + Clone>(live: &K, desired: &K) -> bool {
-    match (
+pub fn carries<K>(live: &K, desired: &K) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Serialize + Clone,
+{
+    carries_but(live, desired, |_| {})
+}
+
+/// [`carries`], but for the fields `skip` removes from the desired object as sent.
+fn carries_but<K>(live: &K, desired: &K, skip: impl FnOnce(&mut Value)) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Serialize + Clone,
+{
+    let (Ok(l), Ok(mut d)) = (
         serde_json::to_value(live),
         serde_json::to_value(stamped(desired)),
-    ) {
-        (Ok(l), Ok(d)) => covers(&l, &d),
-        _ => false,
+    ) else {
+        return false;
+    };
+    skip(&mut d);
+    let difference = first_difference(&l, &d);
+    if let Some(field) = &difference {
+        tracing::debug!(
+            kind = %K::kind(&()),
+            name = desired.meta().name.as_deref().unwrap_or_default(),
+            field,
+            "a child differs from what the operator applies"
+        );
     }
+    difference.is_none()
 }
 
 /// [`carries`] for a StatefulSet, without its claim templates (see the module doc).
 fn statefulset_carries(live: &StatefulSet, desired: &StatefulSet) -> bool {
-    let mut desired = desired.clone();
-    if let Some(spec) = desired.spec.as_mut() {
-        spec.volume_claim_templates = None;
-    }
-    carries(live, &desired)
+    carries_but(live, desired, |d| {
+        if let Some(spec) = d.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("volumeClaimTemplates");
+        }
+    })
 }
 
 /// The live children of a Habitat's workload.
@@ -180,6 +221,25 @@ mod tests {
         ));
         assert!(!changed(&|l| l["spec"]["containers"] = json!([])));
         assert!(!changed(&|l| l["spec"] = Value::Null));
+    }
+
+    /// A StatefulSet with claim templates, as the server holds it after the apply: its claim
+    /// templates are not compared, and its fingerprint is the one the apply stamped.
+    #[test]
+    fn a_persisted_statefulset_as_applied_carries_its_desired_object() {
+        use crate::api::fixtures::{habitat, HabitatFixture};
+        let h = habitat().storage("1.5Gi", "/hab/svc/redis/data");
+        let desired = crate::children::statefulset::statefulset(&h, None);
+        assert!(desired
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.volume_claim_templates.is_some()));
+        let mut live = stamped(&desired);
+        // The server writes quantities in canonical form.
+        if let Some(spec) = live.spec.as_mut() {
+            spec.volume_claim_templates = None;
+        }
+        assert!(statefulset_carries(&live, &desired));
     }
 
     #[test]
