@@ -72,10 +72,16 @@ async fn the_state_of_deleted_habitats_is_forgotten() {
             .is_ok_and(|l| l.items.is_empty())
     })
     .await;
-    wait_for(
-        Duration::from_secs(30),
-        "the state back at its baseline",
-        || async { state_entries(&env) == Some(baseline) },
-    )
-    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = state_entries(&env);
+        if now == Some(baseline) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the state is {now:?} entries, not back at its baseline {baseline}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -29,6 +29,7 @@ pub mod slim;
 pub mod state;
 pub mod status;
 
+use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,6 +77,7 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
     let name = h.name_any();
+    let (this, uid) = (ObjectRef::from_obj(&*h), h.uid());
     let result = if lacks_finalizer(&h) {
         // A new Habitat: its finalizer goes on alongside its first pass.
         run(&h, &ctx, Some(&api))
@@ -120,7 +122,24 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
     if result.is_ok() {
         ctx.metrics.reconciled();
     }
+    forget_if_gone(&ctx, &this, uid.as_deref());
     result
+}
+
+/// Forgets the state of `h` (of uid `uid`) when the cache no longer holds it: it was deleted while a pass ran
+/// (say, before its finalizer went on), and the pass wrote state after its Delete event
+/// forgot it. Whether the Habitat is gone is what matters, not why.
+fn forget_if_gone(ctx: &Context, h: &ObjectRef<Habitat>, uid: Option<&str>) -> bool {
+    let Some(uid) = uid else {
+        return false;
+    };
+    let cached = ctx.stores.habitats.get(h);
+    if cached.is_some_and(|c| c.metadata.uid.as_deref() == Some(uid)) {
+        return false;
+    }
+    ctx.habitats.forget(uid);
+    ctx.metrics.state_entries(ctx.habitats.len());
+    true
 }
 
 /// Whether `h` is a live Habitat without the operator's finalizer: a new one.
@@ -174,6 +193,8 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
         .next_at_least(&h.uid().unwrap_or_default(), error.retry_after());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
+    // A Habitat deleted meanwhile keeps no backoff (the Controller drops its requeue).
+    forget_if_gone(&ctx, &ObjectRef::from_obj(&*h), h.uid().as_deref());
     tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
