@@ -1,7 +1,7 @@
 //! Writing children: every child is server-side applied under one field manager with force, new
 //! or existing, so every write is idempotent. Each carries a fingerprint annotation of the
 //! desired object it was applied from, which changes whenever the operator's desired object does
-//! (see [`drift`](crate::reconcile::drift) for how a live child is compared).
+//! (the reconciler's drift module compares each live child with what this module would send).
 
 use std::fmt::Debug;
 
