@@ -5,8 +5,8 @@
 //! read, the census what the supervisors would answer.
 //!
 //! The settled cases are what most reconciles are: an earlier reconcile of the same generation
-//! built the workload and the operator remembers its fingerprints (`reconcile::memo`), so the
-//! child builders do not run. The "nothing remembered" case is the first reconcile after a
+//! compared the workload with the same versions of the children and the operator remembers that
+//! they were current (`reconcile::memo`), so the child builders do not run. The "nothing remembered" case is the first reconcile after a
 //! restart or a spec change: it builds the StatefulSet, the Services and the budget.
 //!
 //! `cargo bench --bench decide` (criterion). Target: under 20 µs per Habitat.
@@ -23,7 +23,7 @@ use habitat_operator::children::{self, peer_config::peer_config, Workload};
 use habitat_operator::cluster::apply::FINGERPRINT_ANNOTATION;
 use habitat_operator::cluster::census::Election;
 use habitat_operator::reconcile::decide::{self as deciding, Decider};
-use habitat_operator::reconcile::memo::FingerprintMemo;
+use habitat_operator::reconcile::memo::VerifiedChildren;
 use habitat_operator::reconcile::observe::{LeaderView, Snapshot};
 use habitat_operator::reconcile::ring::KeyState;
 use habitat_operator::reconcile::slim::{slim_pod, slim_statefulset};
@@ -57,6 +57,7 @@ fn live<K: Resource + Clone + serde::Serialize>(desired: &K) -> K {
     k.annotations_mut()
         .insert(FINGERPRINT_ANNOTATION.into(), fingerprint(desired));
     k.meta_mut().generation = Some(1);
+    k.meta_mut().resource_version = Some("7".into());
     k
 }
 
@@ -110,7 +111,7 @@ struct Settled {
     snapshot: Snapshot,
     census: Option<LeaderView>,
     /// The fingerprints the reconcile that made it Ready remembered.
-    memo: FingerprintMemo,
+    memo: VerifiedChildren,
 }
 
 fn settled(name: &str, topology: &str, count: i32) -> Settled {
@@ -170,7 +171,7 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
         phase_changed: true,
         now: Utc::now(),
     }));
-    let memo = FingerprintMemo::default();
+    let memo = VerifiedChildren::default();
     Decider::remembering(&memo).desired(&h, &snapshot);
     Settled {
         habitat: h,

@@ -575,16 +575,9 @@ fn labels(o: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn meta_of(o: &Value) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-    serde_json::from_value(o["metadata"].clone()).expect("metadata")
-}
-
 /// A create records its fields under its manager's `Update` entry, which an apply by the same
-/// manager does not remove; the operator's `ownership::upgrade` moves them into the `Apply`
-/// entry (as `csaupgrade`), after which the apply removes what it no longer sets. An `Update`
-/// entry whose fields the apply covers needs no move.
-async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
-    use habitat_operator::cluster::ownership::upgrade;
+/// manager does not remove.
+async fn a_created_field_stays_after_an_apply_by_its_manager(ground: Ground) {
     let Some(env) = Env::start_with(ground, "fidelity-owners", false).await else {
         return;
     };
@@ -602,35 +595,6 @@ async fn a_created_field_leaves_only_once_moved_to_the_apply(ground: Ground) {
         ["a", "b"],
         "an apply alone keeps a created field"
     );
-    let patch = upgrade(&meta_of(&applied), "m").expect("the create's entry owns b");
-    let path = format!("{CMS}/c?fieldManager=m");
-    let moved = call(
-        &env,
-        "PATCH",
-        &path,
-        &serde_json::to_value(&patch).expect("patch"),
-        "application/json-patch+json",
-    )
-    .await;
-    ok(&moved);
-    let again = apply_as_m(&env, "c", labelled("c", json!({"a": "1"}))).await;
-    assert_eq!(labels(&again), ["a"], "{again}");
-    assert!(upgrade(&meta_of(&again), "m").is_none());
-    let updates = again["metadata"]["managedFields"]
-        .as_array()
-        .map(|a| a.iter().filter(|e| e["operation"] == "Update").count())
-        .unwrap_or_default();
-    assert_eq!(updates, 0, "{again}");
-
-    // The same fields applied over their create: nothing to move (the peer ConfigMap's case).
-    ok(&post(
-        &env,
-        &format!("{CMS}?fieldManager=m"),
-        labelled("d", json!({"a": "1"})),
-    )
-    .await);
-    let same = apply_as_m(&env, "d", labelled("d", json!({"a": "2"}))).await;
-    assert!(upgrade(&meta_of(&same), "m").is_none(), "{same}");
 }
 
 /// What each entry of an object's `managedFields` owns: (manager, operation, subresource, the
@@ -1415,7 +1379,6 @@ fn ports_of(o: &Value) -> Vec<(String, Option<String>)> {
 /// item, in structured-merge-diff's order, leaves the items another entry owns (a create's), and
 /// removes what it alone set before. Lists the sandbox once replaced whole.
 async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
-    use habitat_operator::cluster::ownership::upgrade;
     let Some(env) = Env::start_with(ground, "fidelity-lists", false).await else {
         return;
     };
@@ -1446,18 +1409,6 @@ async fn an_apply_merges_a_list_map_item_by_item(ground: Ground) {
         [s("a", None), s("b", None)],
         "c and a's appProtocol were the apply's alone"
     );
-
-    let patch = upgrade(&meta_of(&dropped), "m").expect("the create's entry owns b");
-    ok(&call(
-        &env,
-        "PATCH",
-        &format!("{SVCS}/s?fieldManager=m"),
-        &serde_json::to_value(&patch).expect("patch"),
-        "application/json-patch+json",
-    )
-    .await);
-    let moved = apply(with_ports(&[("a", 80, None)])).await;
-    assert_eq!(ports_of(&moved), [s("a", None)], "{moved}");
 }
 
 /// A label selector (`+structType=atomic`: a StatefulSet's, a PodDisruptionBudget's) and a
@@ -1538,7 +1489,7 @@ on_both_grounds!(
     an_apply_that_changes_anothers_field_conflicts_unless_forced,
     a_forced_apply_takes_the_fields_it_changes,
     an_apply_merges_a_list_map_item_by_item,
-    a_created_field_leaves_only_once_moved_to_the_apply,
+    a_created_field_stays_after_an_apply_by_its_manager,
     a_watch_is_not_expired_by_other_types_changes,
     a_list_is_paged_by_limit_and_continue,
     statefulset_spec_is_immutable_but_for_a_few_fields,

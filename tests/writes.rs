@@ -199,12 +199,10 @@ fn operator_entries(cm: &k8s_openapi::api::core::v1::ConfigMap) -> Vec<(String, 
         .collect()
 }
 
-/// A pod's address reaches the peer ConfigMap by a merge patch, the write a plain client
-/// makes (an apply costs the server a YAML parse and field sets): the ConfigMap the operator
-/// created keeps the create's one `Update` entry. Once another writer has put a key of its own
-/// in the data, the operator's fingerprint no longer covers the data, and the next address is
-/// applied instead: the key stays, and the address changes all the same.
-async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(ground: Ground) {
+/// A pod's address reaches the peer ConfigMap by the one write of every child, a server-side
+/// apply: the operator's one entry is its `Apply`. Another writer's key in the data is theirs:
+/// it stays while the address changes.
+async fn a_peer_address_is_applied_and_another_writers_key_stays(ground: Ground) {
     require_kubectl!();
     use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use kube::api::{DeleteParams, Patch, PatchParams};
@@ -220,8 +218,8 @@ async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(
     assert!(!first.is_empty(), "no address in {:?}", cm.data);
     let entries = operator_entries(&cm);
     assert!(
-        entries.len() == 1 && entries[0].0 == "Update",
-        "the address was not merge-patched over the create: {entries:?}"
+        entries.len() == 1 && entries[0].0 == "Apply",
+        "the address was not applied: {entries:?}"
     );
 
     cms.patch(
@@ -262,11 +260,11 @@ async fn a_peer_address_is_merge_patched_unless_another_writer_changed_the_data(
     );
     let entries = operator_entries(&cm);
     assert!(
-        entries.iter().any(|(op, _)| op == "Apply"),
+        entries.len() == 1 && entries[0].0 == "Apply",
         "the address was not applied over another writer's data: {entries:?}"
     );
     env.wait_phase("example-standalone", "Ready", timeout(&env))
         .await;
 }
 
-on_both_grounds!(a_peer_address_is_merge_patched_unless_another_writer_changed_the_data);
+on_both_grounds!(a_peer_address_is_applied_and_another_writers_key_stays);

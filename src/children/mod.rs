@@ -42,31 +42,25 @@ pub struct Workload {
     pub headless: Service,
     /// Leader topology: the leader Service and the PodDisruptionBudget.
     pub leader: Option<(Service, PodDisruptionBudget)>,
-    /// The fingerprints of the objects above, computed once: observing compares them with the
-    /// cached children at every decision of a reconcile.
-    pub fingerprints: Fingerprints,
 }
 
 /// A stable fingerprint of a desired object (before it is stamped): the annotation
-/// `cluster::apply` stamps on each child it applies, and observing compares.
+/// `cluster::apply` stamps on each child it applies, and observing compares. It is persisted in
+/// the cluster, so it must not change with the Rust release or the platform (an operator upgraded
+/// would otherwise re-apply every child): 64-bit FNV-1a over the object's JSON, whose field order
+/// is fixed by the k8s-openapi structs and whose maps are sorted (`BTreeMap`).
 pub fn fingerprint<T: serde::Serialize>(desired: &T) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(desired)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+    let json = serde_json::to_vec(desired).unwrap_or_default();
+    format!("{:016x}", fnv1a(&json))
 }
 
-/// [`fingerprint`] of each object of a [`Workload`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprints {
-    /// Of the StatefulSet.
-    pub statefulset: String,
-    /// Of the headless Service.
-    pub headless: String,
-    /// Of the leader Service and the PodDisruptionBudget.
-    pub leader: Option<(String, String)>,
+/// 64-bit FNV-1a (<http://www.isthe.com/chongo/tech/comp/fnv/>).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(PRIME)
+    })
 }
 
 /// The workload of `h` with the resolved ring key.
@@ -79,17 +73,38 @@ pub fn workload(h: &Habitat, ring_key: Option<&KeyName>) -> Workload {
             disruption_budget::disruption_budget(h),
         )
     });
-    let fingerprints = Fingerprints {
-        statefulset: fingerprint(&statefulset),
-        headless: fingerprint(&headless),
-        leader: leader
-            .as_ref()
-            .map(|(svc, pdb)| (fingerprint(svc), fingerprint(pdb))),
-    };
     Workload {
         statefulset,
         headless,
         leader,
-        fingerprints,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        // From the reference implementation's test suite.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn a_fingerprint_is_the_same_on_every_build() {
+        // Persisted in the cluster: a change here re-applies every child after an upgrade.
+        let cm = k8s_openapi::api::core::v1::ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("redis".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("peer-ip".to_string(), "10.0.0.1".to_string())].into()),
+            ..Default::default()
+        };
+        // FNV-1a of `{"apiVersion":"v1","kind":"ConfigMap","data":{"peer-ip":"10.0.0.1"},
+        // "metadata":{"name":"redis"}}`, computed apart from this code.
+        assert_eq!(fingerprint(&cm), "d6836a497a338911");
     }
 }

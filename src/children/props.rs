@@ -175,14 +175,6 @@ fn key_of(h: &Habitat) -> Option<KeyName> {
 fn children_ok(h: &Habitat) -> Result<(), TestCaseError> {
     let key = key_of(h);
     let w = workload(h, key.as_ref());
-    // The fingerprints observing compares are those of the objects that apply stamps.
-    use crate::children::fingerprint as fp;
-    prop_assert_eq!(&w.fingerprints.statefulset, &fp(&w.statefulset));
-    prop_assert_eq!(&w.fingerprints.headless, &fp(&w.headless));
-    prop_assert_eq!(
-        &w.fingerprints.leader,
-        &w.leader.as_ref().map(|(svc, pdb)| (fp(svc), fp(pdb)))
-    );
     let sts = &w.statefulset;
     // The pod is `<sts>-<ordinal>` and must be a DNS label (its hostname); the
     // controller-revision-hash label is `<sts>-<10 characters>` and must be a label value.

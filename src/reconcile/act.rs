@@ -18,7 +18,7 @@ use crate::api::{Habitat, LABEL_LEADER};
 use crate::children::peer_config::peer_config;
 use crate::children::ring_key;
 use crate::children::Workload;
-use crate::cluster::apply::{apply, delete, is_current, stamped, write_data, FIELD_MANAGER};
+use crate::cluster::apply::{apply, delete, is_current, stamped, FIELD_MANAGER};
 use crate::cluster::events::Note;
 use crate::error::Error;
 use crate::reconcile::allocating::needs_cluster_ip;
@@ -49,15 +49,7 @@ pub async fn act(
     match step {
         Step::ApplyPeerConfig => {
             let cm = peer_config(h, &desired.peers);
-            // New addresses alone are merge-patched in; anything else is applied.
-            let patched = match &snap.peer_config {
-                Some(live) => write_data(&ctx.client, live, &cm).await?,
-                None => None,
-            };
-            match patched {
-                Some(written) => remember(ctx, &recent.config_maps, &mut snap.peer_config, written),
-                None => apply_over(ctx, &recent.config_maps, &mut snap.peer_config, &cm).await?,
-            }
+            apply_over(ctx, &recent.config_maps, &mut snap.peer_config, &cm).await?;
         }
         Step::ResolveRingKey => {
             if let KeyState::ToGenerate { ring } = &snap.key {
@@ -71,7 +63,6 @@ pub async fn act(
                 statefulset,
                 headless,
                 leader,
-                fingerprints: _,
             }) = desired.workload
             else {
                 return Ok(());
@@ -212,7 +203,7 @@ async fn apply_over<K>(
 where
     K: crate::cluster::apply::Child + Slim,
 {
-    let written = apply(&ctx.client, desired, seen.is_some()).await?;
+    let written = apply(&ctx.client, desired).await?;
     remember(ctx, recent, seen, written);
     Ok(())
 }

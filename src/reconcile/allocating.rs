@@ -7,14 +7,17 @@
 //! first 2.5 s went to waiting, and the standalone Habitats' first passes waited for free
 //! workers (docs/performance.md, thirty-fifth pass).
 //!
-//! So the create of a Service that needs a cluster IP runs in a task of its own, at most
+//! So the first apply (the create) of a Service that needs a cluster IP runs in a task of its own, at most
 //! [`IN_FLIGHT`] at a time. The pass that starts it goes on as if the Service were there, and
 //! later passes see it as pending ([`Allocating::pending`]) until the server answers; meanwhile
 //! the Habitat's rollout is not done, so it does not become Ready without it. The answer is then
 //! remembered like any write ([`RecentWrites`]), and its watch event wakes the Habitat. A create
-//! that fails, or finds the name taken, wakes its Habitat too, and hands the Service back: the
-//! next pass applies it in the reconcile itself ([`Allocating::handed_back`]), where an error is
-//! reported and backed off as any other, and a Service of that name is taken over as before.
+//! that fails wakes its Habitat too, and hands the Service back: the next pass applies it in the
+//! reconcile itself ([`Allocating::handed_back`]), where an error is reported and backed off as
+//! any other. The write is the same server-side apply as every child's, so a Service of that
+//! name made meanwhile (by another writer, or a pass that applied a newer version) is taken over;
+//! over a newer version it writes an older one, whose watch event wakes the Habitat, and the next
+//! pass finds it drifted and applies the newer one again.
 //! A create refused because the namespace is being deleted is dropped: its Habitat goes with the
 //! namespace. A Service handed back to a Habitat that is never reconciled again (deleted while
 //! its create ran) is forgotten after [`HANDED_BACK_FOR`].
@@ -30,7 +33,7 @@ use kube::ResourceExt;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::api::Habitat;
-use crate::cluster::apply::{create, stamped};
+use crate::cluster::apply::{apply, stamped};
 use crate::error::Disposition;
 use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::slim::Slim;
@@ -42,14 +45,14 @@ pub const IN_FLIGHT: usize = 8;
 /// How long a Service handed back waits for its Habitat's next pass. Every Habitat is reconciled
 /// again within its backoff or resync, both far shorter: an entry this old belongs to a Habitat
 /// that is gone. Forgetting one early costs nothing but a round trip: the next pass starts
-/// another background create, which hands the Service back again if the name is still taken.
+/// another background create.
 pub const HANDED_BACK_FOR: Duration = Duration::from_secs(15 * 60);
 
 enum State {
     /// The create runs; the object is the one sent (with its fingerprint).
     Pending(Box<Service>),
-    /// The last create made in the background did not create it (it failed, or the name was
-    /// taken), at this instant: the next pass applies it itself.
+    /// The last create made in the background failed, at this instant: the next pass applies it
+    /// itself.
     HandedBack(Instant),
 }
 
@@ -137,19 +140,16 @@ impl Allocating {
         );
         tokio::spawn(async move {
             let _turn = permits.acquire_owned().await;
-            let result = create(&client, &svc).await;
+            let result = apply(&client, &svc).await;
             let mut creates = creates.lock().unwrap_or_else(|p| p.into_inner());
             match result {
-                Ok(Some(mut written)) => {
+                Ok(mut written) => {
                     // Remembered before the pending entry goes, so that no pass finds neither.
                     written.slim();
                     recent.services.record(None, &written);
                     creates.remove(&key);
                     return;
                 }
-                // The name is taken: by a pass that applied a newer version meanwhile, or by
-                // another writer, whose Service the next pass takes over.
-                Ok(None) => {}
                 // The namespace is being deleted, and the Habitat with it: no warning, as a
                 // pass that meets it stops quietly, and nothing to hand back.
                 Err(e) if e.disposition() == Disposition::NamespaceTerminating => {

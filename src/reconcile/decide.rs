@@ -8,11 +8,11 @@ use habitat_machine::{decide, Decision, Facts, Phase, Step};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::{Habitat, Topology, LABEL_LEADER, PEER_IP_KEY};
-use crate::children::peer_config::peer_file_content;
-use crate::children::{self, Fingerprints, Workload};
-use crate::cluster::apply::carries;
-use crate::reconcile::memo::FingerprintMemo;
+use crate::api::{Habitat, Topology, LABEL_LEADER};
+use crate::children::peer_config::peer_config;
+use crate::children::{self, Workload};
+use crate::reconcile::drift::peer_config_carries;
+use crate::reconcile::memo::{VerifiedChildren, Versions};
 use crate::reconcile::observe::{LeaderView, Snapshot};
 use crate::reconcile::ring::KeyState;
 use crate::reconcile::{peer, rollout};
@@ -20,11 +20,11 @@ use crate::reconcile::{peer, rollout};
 /// What a Habitat should look like given one snapshot.
 #[derive(Debug)]
 pub struct Desired<'a> {
-    /// The fingerprints of the workload, once the ring key is resolved: what the cached children
-    /// are compared with.
-    pub fingerprints: Option<&'a Fingerprints>,
-    /// The workload itself, when this decision applies it (or it was built for another reason):
-    /// a settled Habitat whose fingerprints are remembered never builds it.
+    /// Whether every live child of the workload carries what the operator would apply
+    /// ([`drift`](crate::reconcile::drift)); false until the ring key is resolved.
+    pub workload_current: bool,
+    /// The workload itself, when this decision applies it (or it was built to compare it): a
+    /// settled Habitat whose children were found current at their versions never builds it.
     pub workload: Option<&'a Workload>,
     /// The addresses the peer file should hold.
     pub peers: Vec<String>,
@@ -44,20 +44,21 @@ pub struct Plan<'a> {
 }
 
 /// The decisions of one reconcile. The desired workload depends on the spec and the resolved
-/// ring key only, so its fingerprints are computed again only when the key changes, not on every
-/// decision; with a [`FingerprintMemo`] they come from an earlier reconcile of the same
-/// generation, and the workload is built only when a decision applies it.
+/// ring key only, so it is built at most once per key in a reconcile, and only when a decision
+/// applies it or its live children must be compared with it: with a [`VerifiedChildren`] the
+/// children found current by an earlier reconcile, at the same versions, are not compared again.
 #[derive(Default)]
 pub struct Decider<'m> {
-    memo: Option<&'m FingerprintMemo>,
+    memo: Option<&'m VerifiedChildren>,
     resolved_for: Option<KeyState>,
-    fingerprints: Option<Fingerprints>,
     workload: Option<Workload>,
+    /// The last comparison of this reconcile: the children's versions and the verdict.
+    compared: Option<(Versions, bool)>,
 }
 
 impl<'m> Decider<'m> {
     /// A decider that reads and fills `memo`.
-    pub fn remembering(memo: &'m FingerprintMemo) -> Self {
+    pub fn remembering(memo: &'m VerifiedChildren) -> Self {
         Decider {
             memo: Some(memo),
             ..Decider::default()
@@ -76,6 +77,7 @@ impl<'m> Decider<'m> {
         let decision = decide(phase, &facts_in_pass(facts(h, snap, &desired), transitions));
         // Only the owned parts are kept while the workload is built for the step that applies it.
         let Desired {
+            workload_current,
             peers,
             mislabelled,
             replacement,
@@ -86,25 +88,26 @@ impl<'m> Decider<'m> {
         }
         Plan {
             decision,
-            desired: self.assemble(peers, mislabelled, replacement),
+            desired: self.assemble(workload_current, peers, mislabelled, replacement),
         }
     }
 
-    /// The desired state of `h` given `snap` (the workload only if it was built already).
+    /// The desired state of `h` given `snap` (the workload only if it was built).
     pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
-        self.resolve(h, &snap.key);
+        let current = self.workload_current(h, snap);
         let (peers, mislabelled, replacement) = wanted(h, snap);
-        self.assemble(peers, mislabelled, replacement)
+        self.assemble(current, peers, mislabelled, replacement)
     }
 
     fn assemble(
         &self,
+        workload_current: bool,
         peers: Vec<String>,
         mislabelled: Vec<(String, bool)>,
         replacement: Option<String>,
     ) -> Desired<'_> {
         Desired {
-            fingerprints: self.fingerprints.as_ref(),
+            workload_current,
             workload: self.workload.as_ref(),
             peers,
             mislabelled,
@@ -112,33 +115,46 @@ impl<'m> Decider<'m> {
         }
     }
 
-    /// The fingerprints for `key`: remembered, or computed by building the workload.
-    fn resolve(&mut self, h: &Habitat, key: &KeyState) {
-        if self.resolved_for.as_ref() == Some(key) {
-            return;
+    /// Whether the live children carry the workload of `h` with the snapshot's key: remembered
+    /// for their versions, or compared (building the workload).
+    fn workload_current(&mut self, h: &Habitat, snap: &Snapshot) -> bool {
+        if self.resolved_for.as_ref() != Some(&snap.key) {
+            self.resolved_for = Some(snap.key.clone());
+            self.workload = None;
+            self.compared = None;
         }
-        self.resolved_for = Some(key.clone());
-        self.workload = None;
-        self.fingerprints = match key {
-            KeyState::NotRequired | KeyState::Ready(_) => self.memo.and_then(|m| m.get(h, key)),
-            _ => None,
-        };
-        if self.fingerprints.is_none() {
-            self.build(h, key);
+        if !matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)) {
+            return false;
         }
+        let live = snap.live_workload();
+        let versions = live.versions();
+        if let Some((at, verdict)) = &self.compared {
+            if *at == versions {
+                return *verdict;
+            }
+        }
+        if self
+            .memo
+            .is_some_and(|m| m.is_current(h, &snap.key, &versions))
+        {
+            self.compared = Some((versions, true));
+            return true;
+        }
+        self.build(h, &snap.key);
+        let verdict = self.workload.as_ref().is_some_and(|w| live.carries(w));
+        if verdict {
+            if let Some(memo) = self.memo {
+                memo.remember(h, &snap.key, &versions);
+            }
+        }
+        self.compared = Some((versions, verdict));
+        verdict
     }
 
-    /// Builds the workload for `key` unless it is built, and remembers its fingerprints.
+    /// Builds the workload for `key` unless it is built.
     fn build(&mut self, h: &Habitat, key: &KeyState) {
-        if self.workload.is_some() {
-            return;
-        }
-        self.workload = workload_for(h, key);
-        if let Some(w) = &self.workload {
-            if let Some(memo) = self.memo {
-                memo.remember(h, key, &w.fingerprints);
-            }
-            self.fingerprints = Some(w.fingerprints.clone());
+        if self.workload.is_none() {
+            self.workload = workload_for(h, key);
         }
     }
 }
@@ -173,13 +189,8 @@ fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
 /// The machine's facts about `h` given `snap` and what is `desired` of it.
 pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
     let count = h.spec.count;
-    let desired_peer = peer_file_content(&desired.peers);
-    let peer_config_current = snap
-        .peer_config
-        .as_ref()
-        .and_then(|c| c.data.as_ref())
-        .and_then(|d| d.get(PEER_IP_KEY))
-        .is_some_and(|v| *v == desired_peer);
+    let peer_config_current =
+        peer_config_carries(snap.peer_config.as_ref(), &peer_config(h, &desired.peers));
     let leader_pod = snap.leader.pod();
     Facts {
         deleting: h.metadata.deletion_timestamp.is_some(),
@@ -188,9 +199,7 @@ pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
         key_ready: matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)),
         key_can_be_generated: matches!(snap.key, KeyState::ToGenerate { .. }),
         referenced_secrets_present: snap.secret_problem.is_none(),
-        workload_current: desired
-            .fingerprints
-            .is_some_and(|f| workload_current(snap, f)),
+        workload_current: desired.workload_current,
         spec_changed: h.metadata.generation
             > h.status
                 .as_ref()
@@ -247,31 +256,6 @@ fn members_in_census(snap: &Snapshot) -> bool {
             .filter_map(|p| peer::pod_ip(p))
             .all(|ip| alive.iter().any(|a| a == ip)),
     }
-}
-
-/// Whether the live children carry the fingerprints `f`.
-fn workload_current(snap: &Snapshot, f: &Fingerprints) -> bool {
-    let sts = snap
-        .statefulset
-        .as_ref()
-        .is_some_and(|s| carries(&s.metadata, &f.statefulset));
-    let headless = snap
-        .headless
-        .as_ref()
-        .is_some_and(|s| carries(&s.metadata, &f.headless));
-    let leader = match &f.leader {
-        Some((svc, pdb)) => {
-            snap.leader_service
-                .as_ref()
-                .is_some_and(|s| carries(&s.metadata, svc))
-                && snap
-                    .budget
-                    .as_ref()
-                    .is_some_and(|b| carries(&b.metadata, pdb))
-        }
-        None => snap.leader_service.is_none() && snap.budget.is_none(),
-    };
-    sts && headless && leader
 }
 
 #[cfg(test)]
@@ -376,30 +360,115 @@ mod tests {
         );
     }
 
+    /// `desired` as the server holds it once the operator applied it: stamped, defaulted,
+    /// at `version`.
+    fn applied<K: kube::Resource + serde::Serialize + serde::de::DeserializeOwned + Clone>(
+        desired: &K,
+        version: &str,
+    ) -> K {
+        let mut live = crate::cluster::apply::stamped(desired);
+        live.meta_mut().resource_version = Some(version.into());
+        live
+    }
+
+    /// A settled leader group: every child as the operator applied it.
+    fn settled(h: &Habitat) -> Snapshot {
+        let w = children::workload(h, None);
+        let mut snap = outdated_group();
+        let mut sts = applied(&w.statefulset, "1");
+        sts.status = snap.statefulset.take().and_then(|s| s.status);
+        snap.statefulset = Some(sts);
+        snap.headless = Some(applied(&w.headless, "2"));
+        let (svc, pdb) = w.leader.expect("a leader group");
+        snap.leader_service = Some(applied(&svc, "3"));
+        snap.budget = Some(applied(&pdb, "4"));
+        snap
+    }
+
     #[test]
-    fn a_remembered_generation_is_compared_without_building_the_workload() {
+    fn children_as_applied_are_current_and_an_edit_of_any_is_not() {
         let h = habitat().leader().count(3);
-        let snap = outdated_group();
-        let memo = FingerprintMemo::default();
-        let built = Decider::remembering(&memo)
-            .desired(&h, &snap)
-            .workload
-            .map(|w| w.fingerprints.clone())
-            .expect("the first reconcile builds the workload");
+        let current = |snap: &Snapshot| Decider::default().desired(&h, snap).workload_current;
+        assert!(current(&settled(&h)));
+        type Edit = fn(&mut Snapshot);
+        let edits: [(&str, Edit); 6] = [
+            ("scaled", |s| {
+                s.statefulset
+                    .as_mut()
+                    .unwrap()
+                    .spec
+                    .as_mut()
+                    .unwrap()
+                    .replicas = Some(5)
+            }),
+            ("image set", |s| {
+                let spec = s.statefulset.as_mut().unwrap().spec.as_mut().unwrap();
+                spec.template.spec.as_mut().unwrap().containers[0].image =
+                    Some("example/intruder:1".into())
+            }),
+            ("selector patched", |s| {
+                let spec = s.headless.as_mut().unwrap().spec.as_mut().unwrap();
+                spec.selector = Some([("app".to_string(), "other".to_string())].into())
+            }),
+            ("budget patched", |s| {
+                let spec = s.budget.as_mut().unwrap().spec.as_mut().unwrap();
+                spec.min_available = None;
+                spec.max_unavailable =
+                    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
+            }),
+            ("label removed", |s| {
+                s.leader_service.as_mut().unwrap().labels_mut().clear()
+            }),
+            ("deleted", |s| s.budget = None),
+        ];
+        for (edit, f) in edits {
+            let mut snap = settled(&h);
+            f(&mut snap);
+            assert!(!current(&snap), "{edit}");
+        }
+    }
+
+    #[test]
+    fn other_writers_fields_are_no_drift() {
+        let h = habitat().leader().count(3);
+        let mut snap = settled(&h);
+        let sts = snap.statefulset.as_mut().unwrap();
+        sts.annotations_mut()
+            .insert("user.example/note".into(), "mine".into());
+        let spec = sts.spec.as_mut().unwrap();
+        spec.revision_history_limit = Some(10);
+        spec.template.spec.as_mut().unwrap().containers[0].termination_message_path =
+            Some("/dev/termination-log".into());
+        assert!(Decider::default().desired(&h, &snap).workload_current);
+    }
+
+    #[test]
+    fn children_found_current_are_not_compared_again_at_the_same_versions() {
+        let h = habitat().leader().count(3);
+        let memo = VerifiedChildren::default();
+        let snap = settled(&h);
+        let mut first = Decider::remembering(&memo);
+        let desired = first.desired(&h, &snap);
+        assert!(desired.workload_current);
+        assert!(desired.workload.is_some(), "built to compare");
         let mut decider = Decider::remembering(&memo);
         let desired = decider.desired(&h, &snap);
+        assert!(desired.workload_current);
         assert!(desired.workload.is_none(), "built again");
-        assert_eq!(desired.fingerprints, Some(&built));
-        let fresh = Decider::default().desired(&h, &snap).fingerprints.cloned();
-        assert_eq!(fresh, Some(built), "the memo holds what building yields");
+        // A write to a child gives it a new version: compared again, and found drifted.
+        let mut scaled = settled(&h);
+        let sts = scaled.statefulset.as_mut().unwrap();
+        sts.spec.as_mut().unwrap().replicas = Some(5);
+        sts.metadata.resource_version = Some("9".into());
+        let mut decider = Decider::remembering(&memo);
+        assert!(!decider.desired(&h, &scaled).workload_current);
     }
 
     #[test]
     fn a_decision_to_apply_the_workload_comes_with_the_workload() {
         let h = habitat().leader().count(3);
         let snap = outdated_group();
-        let memo = FingerprintMemo::default();
-        Decider::remembering(&memo).desired(&h, &snap);
+        let memo = VerifiedChildren::default();
         let mut decider = Decider::remembering(&memo);
         let plan = decider.next(&h, &snap, Phase::KeyReady, &[]);
         assert_eq!(
@@ -407,8 +476,7 @@ mod tests {
             Step::ApplyWorkload,
             "no child is current"
         );
-        let w = plan.desired.workload.expect("the workload to apply");
-        assert_eq!(Some(&w.fingerprints), plan.desired.fingerprints);
+        assert!(plan.desired.workload.is_some(), "the workload to apply");
     }
 
     #[test]

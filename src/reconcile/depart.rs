@@ -34,7 +34,7 @@
 //!   containers: a departed member then cannot start again.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -73,16 +73,31 @@ struct Memory {
     sent: HashMap<String, Instant>,
 }
 
-static MEMORY: LazyLock<Mutex<HashMap<String, Memory>>> = LazyLock::new(Default::default);
+/// What this process remembers of each Habitat's departures and control secret, by uid. It is
+/// part of the per-Habitat state (`reconcile::state::PerHabitat`), forgotten with the rest.
+#[derive(Default)]
+pub struct Departures(Mutex<HashMap<String, Memory>>);
 
-fn memory<T>(uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
-    let mut all = MEMORY.lock().unwrap_or_else(|p| p.into_inner());
-    f(all.entry(uid.to_string()).or_default())
-}
+impl Departures {
+    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(all.entry(uid.to_string()).or_default())
+    }
 
-/// Forgets what this process remembers of a Habitat that is going away.
-pub fn forget(uid: &str) {
-    MEMORY.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    /// Forgets what this process remembers of a Habitat that is going away.
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    }
+
+    /// How many Habitats have an entry.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no Habitat has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The members of `group` to depart now: those `census` lists as confirmed dead, less those
@@ -123,7 +138,7 @@ pub async fn ensure_secret(ctx: &Context, h: &Habitat) -> Result<(), Error> {
     {
         return Ok(());
     }
-    if memory(&uid, |m| {
+    if ctx.habitats.departures.with(&uid, |m| {
         m.created.is_some_and(|at| at.elapsed() < CREATED_MEMORY)
     }) {
         return Ok(());
@@ -135,7 +150,7 @@ pub async fn ensure_secret(ctx: &Context, h: &Habitat) -> Result<(), Error> {
         ..PostParams::default()
     };
     match api.create(&params, &control_secret(h, value.clone())).await {
-        Ok(_) => memory(&uid, |m| {
+        Ok(_) => ctx.habitats.departures.with(&uid, |m| {
             m.secret = Some(value);
             m.created = Some(Instant::now());
         }),
@@ -155,7 +170,7 @@ pub async fn ensure_secret(ctx: &Context, h: &Habitat) -> Result<(), Error> {
 
 /// The control secret of `h`, from memory or read once from its Secret.
 async fn secret(ctx: &Context, h: &Habitat, uid: &str) -> Result<Option<String>, Error> {
-    if let Some(s) = memory(uid, |m| m.secret.clone()) {
+    if let Some(s) = ctx.habitats.departures.with(uid, |m| m.secret.clone()) {
         return Ok(Some(s));
     }
     let ns = h
@@ -170,7 +185,9 @@ async fn secret(ctx: &Context, h: &Habitat, uid: &str) -> Result<Option<String>,
         .as_ref()
         .and_then(read);
     if let Some(v) = &value {
-        memory(uid, |m| m.secret = Some(v.clone()));
+        ctx.habitats
+            .departures
+            .with(uid, |m| m.secret = Some(v.clone()));
     }
     Ok(value)
 }
@@ -201,7 +218,7 @@ async fn depart_with(
     let uid = h.uid().unwrap_or_default();
     let group = format!("{}.{}", h.spec.service.name, h.spec.service.group);
     let now = Instant::now();
-    let due = memory(&uid, |m| {
+    let due = ctx.habitats.departures.with(&uid, |m| {
         m.sent.retain(|_, at| now.duration_since(*at) < RESEND);
         to_depart(&read.census, &group, &m.sent, now)
     });
@@ -233,7 +250,9 @@ async fn depart_with(
     for id in due {
         match gateway.depart(&read.ip, &secret, &id).await {
             Ok(()) => {
-                memory(&uid, |m| m.sent.insert(id.clone(), Instant::now()));
+                ctx.habitats
+                    .departures
+                    .with(&uid, |m| m.sent.insert(id.clone(), Instant::now()));
                 tracing::info!(name = %h.name_any(), member = %id, via = %read.pod, "departed a member confirmed dead");
                 notes.push(Note::normal(
                     "MemberDeparted",

@@ -1,16 +1,19 @@
-//! The fingerprints of each Habitat's desired workload, remembered across reconciles.
+//! The children found current for each Habitat's desired workload, remembered across
+//! reconciles.
 //!
-//! Most reconciles of a settled Habitat find every child current: all they need of the desired
-//! workload is its fingerprints, to compare with the annotations of the cached children. The
-//! workload is a pure function of the Habitat's spec, name, namespace and uid and of the resolved
-//! ring key ([`children::workload`](crate::children::workload)); the spec changes only with
-//! `metadata.generation`, and the others never change for one uid. So the fingerprints computed
-//! for (uid, generation, key) hold until one of those changes, and a settled reconcile compares
-//! without building the StatefulSet, the Services and the budget (about 12 µs for a leader group,
-//! most of its decide path). The workload itself is built only when it is applied.
+//! Most reconciles of a settled Habitat find every child current. Knowing it takes the desired
+//! workload (the StatefulSet, the Services, the budget: built from the spec) and a comparison of
+//! each with its live child ([`drift`](crate::reconcile::drift)). Both are pure functions of the
+//! Habitat's spec, name, namespace and uid, of the resolved ring key and of the live children;
+//! the spec changes only with `metadata.generation`, and a live child only with its
+//! resourceVersion. So a verdict "current" for (uid, generation, key) and the children's
+//! resourceVersions holds until one of those changes, and a settled reconcile is decided without
+//! building the workload or comparing it. Any write to a child (a user's `kubectl scale`, a
+//! controller's status update) gives it a new resourceVersion, and the next reconcile compares it
+//! again.
 //!
-//! Entries are a few short strings each (about 200 bytes); the whole workload is not kept, which
-//! would cost about 10 MiB at N = 1000.
+//! Entries are a few short strings each (about 200 bytes); the workload itself is not kept, which
+//! would cost about 10 MiB at N = 1000. An entry is forgotten when its Habitat is deleted.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,8 +21,12 @@ use std::sync::Mutex;
 use kube::ResourceExt;
 
 use crate::api::Habitat;
-use crate::children::Fingerprints;
 use crate::reconcile::ring::KeyState;
+
+/// The resourceVersions of a Habitat's children (StatefulSet, headless Service, leader Service,
+/// budget), as [`LiveWorkload::versions`](crate::reconcile::drift::LiveWorkload::versions)
+/// reads them.
+pub type Versions = [Option<String>; 4];
 
 /// What one entry was computed for.
 #[derive(Debug)]
@@ -28,34 +35,37 @@ struct Inputs {
     key: KeyState,
 }
 
-/// Fingerprints of desired workloads, by Habitat uid.
+/// The children's versions found current, by Habitat uid.
 #[derive(Debug, Default)]
-pub struct FingerprintMemo {
-    entries: Mutex<HashMap<String, (Inputs, Fingerprints)>>,
+pub struct VerifiedChildren {
+    entries: Mutex<HashMap<String, (Inputs, Versions)>>,
 }
 
-impl FingerprintMemo {
-    /// The fingerprints remembered for `h` with `key`, if they were computed for its current
-    /// generation and that key. Nothing without a uid or a generation (an object not read from an
-    /// API server).
-    pub fn get(&self, h: &Habitat, key: &KeyState) -> Option<Fingerprints> {
-        // Every reconcile asks: nothing is copied but the answer.
-        let uid = h.metadata.uid.as_deref()?;
-        let generation = h.metadata.generation?;
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(uid) {
-            Some((at, f)) if at.generation == generation && at.key == *key => Some(f.clone()),
-            _ => None,
+impl VerifiedChildren {
+    /// Whether the children at `versions` were found current for `h`'s generation and `key`.
+    /// Never without a uid or a generation (an object not read from an API server), nor for
+    /// children without versions (not read from an API server either).
+    pub fn is_current(&self, h: &Habitat, key: &KeyState, versions: &Versions) -> bool {
+        let (Some(uid), Some(generation)) = (h.metadata.uid.as_deref(), h.metadata.generation)
+        else {
+            return false;
+        };
+        if versions[0].is_none() || versions[1].is_none() {
+            return false;
         }
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(uid)
+            .is_some_and(|(at, v)| at.generation == generation && at.key == *key && v == versions)
     }
 
-    /// Remembers `fingerprints` as those of `h`'s workload with `key`.
-    pub fn remember(&self, h: &Habitat, key: &KeyState, fingerprints: &Fingerprints) {
+    /// Remembers that the children at `versions` are current for `h` with `key`.
+    pub fn remember(&self, h: &Habitat, key: &KeyState, versions: &Versions) {
         if let Some((uid, inputs)) = inputs(h, key) {
             self.entries
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(uid, (inputs, fingerprints.clone()));
+                .insert(uid, (inputs, versions.clone()));
         }
     }
 
@@ -93,26 +103,32 @@ mod tests {
     use super::*;
     use crate::api::fixtures::habitat;
     use crate::api::key_name::KeyName;
-    use crate::children::workload;
 
-    fn fingerprints(h: &Habitat) -> Fingerprints {
-        workload(h, None).fingerprints
+    fn versions(sts: &str) -> Versions {
+        [Some(sts.into()), Some("2".into()), None, None]
     }
 
     #[test]
-    fn remembered_fingerprints_hold_for_one_generation_and_key() {
-        let memo = FingerprintMemo::default();
+    fn a_verdict_holds_for_one_generation_key_and_set_of_versions() {
+        let memo = VerifiedChildren::default();
         let mut h = habitat();
-        assert_eq!(memo.get(&h, &KeyState::NotRequired), None);
-        memo.remember(&h, &KeyState::NotRequired, &fingerprints(&h));
-        assert_eq!(memo.get(&h, &KeyState::NotRequired), Some(fingerprints(&h)));
+        let none = KeyState::NotRequired;
+        assert!(!memo.is_current(&h, &none, &versions("1")));
+        memo.remember(&h, &none, &versions("1"));
+        assert!(memo.is_current(&h, &none, &versions("1")));
+        assert!(
+            !memo.is_current(&h, &none, &versions("3")),
+            "the StatefulSet changed"
+        );
         let key = KeyState::Ready(KeyName::parse("prod-20261130101500").expect("a key name"));
-        assert_eq!(memo.get(&h, &key), None, "another ring key");
+        assert!(
+            !memo.is_current(&h, &key, &versions("1")),
+            "another ring key"
+        );
         h.spec.count += 1;
         h.metadata.generation = h.metadata.generation.map(|g| g + 1);
-        assert_eq!(
-            memo.get(&h, &KeyState::NotRequired),
-            None,
+        assert!(
+            !memo.is_current(&h, &none, &versions("1")),
             "the spec changed"
         );
         memo.forget(&h.uid().expect("a uid"));
@@ -120,11 +136,13 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_remembered_without_a_generation() {
-        let memo = FingerprintMemo::default();
+    fn nothing_is_remembered_without_a_generation_or_versions() {
+        let memo = VerifiedChildren::default();
         let mut h = habitat();
+        memo.remember(&h, &KeyState::NotRequired, &Default::default());
+        assert!(!memo.is_current(&h, &KeyState::NotRequired, &Default::default()));
         h.metadata.generation = None;
-        memo.remember(&h, &KeyState::NotRequired, &fingerprints(&h));
-        assert!(memo.is_empty());
+        memo.remember(&h, &KeyState::NotRequired, &versions("1"));
+        assert!(!memo.is_current(&h, &KeyState::NotRequired, &versions("1")));
     }
 }

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use habitat_machine::Phase;
 use prometheus::{
-    histogram_opts, opts, Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
-    Registry, TextEncoder,
+    histogram_opts, opts, Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Registry, TextEncoder,
 };
 
 /// The values of the `result` label of `reconciles_total`.
@@ -24,6 +24,7 @@ pub struct Metrics {
     errors: IntCounterVec,
     backoff: Histogram,
     leader_changes: IntCounter,
+    state_entries: IntGauge,
 }
 
 impl Default for Metrics {
@@ -99,6 +100,12 @@ impl Metrics {
             "Times the published leader of a leader-topology Habitat changed",
         )
         .expect("valid metric");
+        let state_entries = IntGauge::new(
+            "habitat_operator_habitat_state_entries",
+            "Entries of the state the reconciler keeps per Habitat (backoffs, pending progress, \
+             children found current, ...); back to its baseline once the Habitats are deleted",
+        )
+        .expect("valid metric");
         let build_info = IntGaugeVec::new(
             opts!("habitat_operator_build_info", "Build information; always 1"),
             &["version"],
@@ -114,6 +121,7 @@ impl Metrics {
             Box::new(errors.clone()),
             Box::new(backoff.clone()),
             Box::new(leader_changes.clone()),
+            Box::new(state_entries.clone()),
             Box::new(build_info),
         ] {
             registry.register(c).expect("metric registered once");
@@ -146,6 +154,7 @@ impl Metrics {
             errors,
             backoff,
             leader_changes,
+            state_entries,
         }
     }
 
@@ -204,6 +213,12 @@ impl Metrics {
     /// Counts a change of the published leader.
     pub fn leader_changed(&self) {
         self.leader_changes.inc();
+    }
+
+    /// Sets how many entries the per-Habitat state holds ([`PerHabitat`](crate::reconcile::state::PerHabitat)).
+    pub fn state_entries(&self, entries: usize) {
+        self.state_entries
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     /// The Prometheus text exposition of every family.

@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod context;
 pub mod decide;
 pub mod depart;
+pub mod drift;
 pub mod echoes;
 pub mod index;
 pub mod leader;
@@ -26,8 +27,10 @@ pub mod ring;
 pub mod rollout;
 pub mod secrets;
 pub mod slim;
+pub mod state;
 pub mod status;
 
+use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,6 +78,7 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<Habitat> = Api::namespaced(ctx.client.clone(), &ns);
     let name = h.name_any();
+    let (this, uid) = (ObjectRef::from_obj(&*h), h.uid());
     let result = if lacks_finalizer(&h) {
         // A new Habitat: its finalizer goes on alongside its first pass.
         run(&h, &ctx, Some(&api))
@@ -119,7 +123,24 @@ pub async fn reconcile(h: Arc<Habitat>, ctx: Arc<Context>) -> Result<Action, Err
     if result.is_ok() {
         ctx.metrics.reconciled();
     }
+    forget_if_gone(&ctx, &this, uid.as_deref());
     result
+}
+
+/// Forgets the state of `h` (of uid `uid`) when the cache no longer holds it: it was deleted while a pass ran
+/// (say, before its finalizer went on), and the pass wrote state after its Delete event
+/// forgot it. Whether the Habitat is gone is what matters, not why.
+fn forget_if_gone(ctx: &Context, h: &ObjectRef<Habitat>, uid: Option<&str>) -> bool {
+    let Some(uid) = uid else {
+        return false;
+    };
+    let cached = ctx.stores.habitats.get(h);
+    if cached.is_some_and(|c| c.metadata.uid.as_deref() == Some(uid)) {
+        return false;
+    }
+    ctx.habitats.forget(uid);
+    ctx.metrics.state_entries(ctx.habitats.len());
+    true
 }
 
 /// Whether `h` is a live Habitat without the operator's finalizer: a new one.
@@ -168,10 +189,13 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
     }
     // Not sooner than the API server asked for (429/503 with Retry-After), within the cap.
     let delay = ctx
+        .habitats
         .backoffs
         .next_at_least(&h.uid().unwrap_or_default(), error.retry_after());
     ctx.metrics.failed(error.category());
     ctx.metrics.backoff(delay.as_secs_f64());
+    // A Habitat deleted meanwhile keeps no backoff (the Controller drops its requeue).
+    forget_if_gone(&ctx, &ObjectRef::from_obj(&*h), h.uid().as_deref());
     tracing::warn!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), error = %error.chain(1024), delay_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
@@ -204,7 +228,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         Err(e) => return Err(e),
     };
     let mut snap = observe(h, &ctx.stores, &secrets, generated);
-    let mut decider = Decider::remembering(&ctx.fingerprints);
+    let mut decider = Decider::remembering(&ctx.habitats.verified);
     let (added, mut pass) = futures::join!(
         async {
             match adding {
@@ -263,7 +287,7 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
     let converging = status::converging(pass.phase);
     let mut deferred = None;
     let clock_now = std::time::Instant::now();
-    let waited = ctx.progress.waited(&uid, clock_now);
+    let waited = ctx.habitats.progress.waited(&uid, clock_now);
     let worth = status::worth_writing(&new, &old, pass.phase, Some(waited));
     match worth {
         Worth::Nothing => {}
@@ -274,7 +298,8 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
             // (the server already held this status) no newer copy would ever come to clear it.
             if let (Some(before), Some(after)) = (version, written) {
                 if before != after {
-                    ctx.written_over
+                    ctx.habitats
+                        .written_over
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(uid.clone(), before);
@@ -283,11 +308,13 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         }
     }
     if h.metadata.deletion_timestamp.is_some() {
-        ctx.fingerprints.forget(&uid);
-        depart::forget(&uid);
+        ctx.habitats.forget(&uid);
     }
     // Only converging Habitats are remembered (the others' next write is never deferred).
-    ctx.progress.decided(&uid, worth, converging, clock_now);
+    ctx.habitats
+        .progress
+        .decided(&uid, worth, converging, clock_now);
+    ctx.metrics.state_entries(ctx.habitats.len());
     ctx.events.send(h, notes);
     match pass.failure {
         Some(e) => Err(e),
@@ -318,7 +345,11 @@ const STALE_RETRY: Duration = Duration::from_secs(1);
 /// Whether `h` is the version our last status write of it replaced. Forgets the mark once a
 /// newer version arrives.
 fn stale(ctx: &Context, uid: &str, h: &Habitat) -> bool {
-    let mut marks = ctx.written_over.lock().unwrap_or_else(|p| p.into_inner());
+    let mut marks = ctx
+        .habitats
+        .written_over
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     match (marks.get(uid), h.resource_version()) {
         (Some(over), Some(version)) if *over == version => {
             // The written copy's watch event wakes the object (it would be dropped as an echo).
@@ -450,7 +481,11 @@ fn record(
         notes.extend(Note::passage(&path, &why));
     }
     notes.extend(user_warnings(&old.conditions, &new.conditions));
-    let mut last = ctx.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+    let mut last = ctx
+        .habitats
+        .last_failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     match &pass.failure {
         Some(e) => {
             let message = e.chain(1024);
@@ -586,12 +621,12 @@ fn next_requeue(
         // for kube-controller-manager to create its pods was reconciled 6 times for nothing at
         // N = 1000 on the real ground (docs/performance.md, thirtieth pass).
         Outcome::Waiting(Blocker::Election) if stalled => {
-            ctx.backoffs.reset(uid);
+            ctx.habitats.backoffs.reset(uid);
             Some(ctx.resync)
         }
         // The census is not watched: poll it, backing off while the election does not finish.
         Outcome::Waiting(Blocker::Election) => {
-            let delay = ctx.backoffs.next(uid).min(LEADER_POLL);
+            let delay = ctx.habitats.backoffs.next(uid).min(LEADER_POLL);
             ctx.metrics.backoff(delay.as_secs_f64());
             Some(delay)
         }
@@ -600,7 +635,7 @@ fn next_requeue(
         Outcome::Waiting(Blocker::Rollout) => None,
         Outcome::Waiting(_) if h.metadata.deletion_timestamp.is_some() => None,
         Outcome::Waiting(blocker) => {
-            ctx.backoffs.reset(uid);
+            ctx.habitats.backoffs.reset(uid);
             Some(if !leader {
                 ctx.resync
             } else if *blocker == Blocker::Nothing && !follows_channel(h) {
@@ -637,7 +672,6 @@ mod tests {
     use crate::cluster::events::Recorder;
     use crate::reconcile::context::Stores;
     use crate::reconcile::metrics::Metrics;
-    use crate::reconcile::requeue::Backoffs;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
     use kube::runtime::events::Reporter;
@@ -719,13 +753,9 @@ mod tests {
             resync: crate::reconcile::requeue::RESYNC,
             census: Arc::new(HttpCensus::new(9631, Duration::from_millis(100)))
                 as Arc<dyn CensusSource>,
-            backoffs: Backoffs::default(),
+            habitats: Default::default(),
             generated_keys: Mutex::new(Default::default()),
             key_generation: tokio::sync::Mutex::new(()),
-            last_failure: Mutex::new(Default::default()),
-            written_over: Mutex::new(Default::default()),
-            progress: Default::default(),
-            fingerprints: Default::default(),
             echoes: Default::default(),
             synced: Arc::new(AtomicBool::new(true)),
         })
@@ -740,7 +770,8 @@ mod tests {
         let mut h = crate::api::fixtures::habitat();
         h.metadata.resource_version = Some("41".into());
         assert!(!stale(&ctx, "uid", &h), "nothing written yet");
-        ctx.written_over
+        ctx.habitats
+            .written_over
             .lock()
             .expect("lock")
             .insert("uid".into(), "41".into());
@@ -1045,8 +1076,8 @@ mod tests {
     struct Timed {
         delay: Duration,
         log: Arc<Mutex<Vec<Span>>>,
-        /// Holds the Nth POST (from 0) to a Services collection this much longer.
-        hold_service_post: Option<(usize, Duration)>,
+        /// Holds the Nth write (from 0) of a Service this much longer.
+        hold_service_write: Option<(usize, Duration)>,
     }
 
     impl<S> tower::Layer<S> for Timed {
@@ -1085,11 +1116,9 @@ mod tests {
             let mut delay = self.timed.delay;
             let at = {
                 let mut spans = log.lock().unwrap_or_else(|p| p.into_inner());
-                let service_post = |s: &Span| s.method == "POST" && s.path.ends_with("/services");
-                if let Some((nth, longer)) = self.timed.hold_service_post {
-                    let before = spans.iter().filter(|s| service_post(s)).count();
-                    if request.method() == "POST"
-                        && request.uri().path().ends_with("/services")
+                if let Some((nth, longer)) = self.timed.hold_service_write {
+                    let before = spans.iter().filter(|s| service_write(s)).count();
+                    if is_service_write(request.method().as_str(), request.uri().path())
                         && before == nth
                     {
                         delay += longer;
@@ -1112,6 +1141,18 @@ mod tests {
                 answer
             })
         }
+    }
+
+    /// Whether a request is a write of a Service (every child is written by an apply: a PATCH).
+    fn is_service_write(method: &str, path: &str) -> bool {
+        method == "PATCH"
+            && path
+                .rsplit_once('/')
+                .is_some_and(|(c, _)| c.ends_with("/services"))
+    }
+
+    fn service_write(s: &Span) -> bool {
+        is_service_write(&s.method, &s.path)
     }
 
     /// A client of `sandbox` whose requests go through `timed`.
@@ -1137,25 +1178,22 @@ mod tests {
         let timed = Timed {
             delay: Duration::from_millis(100),
             log: Default::default(),
-            hold_service_post: None,
+            hold_service_write: None,
         };
         let ctx = context(timed_client(&sandbox, &timed).await);
         reconcile(Arc::new(created), ctx)
             .await
             .expect("the reconcile succeeds");
         let log = timed.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        // A child the cache does not hold is created: a POST to its collection.
+        // Every child is written by an apply, new or not: a PATCH of the object.
         let writes: Vec<&Span> = log
             .iter()
             .filter(|s| s.method == "PATCH" || (s.method == "POST" && !s.path.ends_with("/events")))
             .collect();
         let write = |path: &str| {
-            let collection = path.rsplit_once('/').map_or(path, |(c, _)| c);
             *writes
                 .iter()
-                .find(|s| {
-                    s.path.ends_with(path) || (s.method == "POST" && s.path.ends_with(collection))
-                })
+                .find(|s| s.path.ends_with(path))
                 .unwrap_or_else(|| panic!("no write of {path} in {writes:#?}"))
         };
         let answered = |s: &Span| s.answered.expect("every write is answered");
@@ -1223,12 +1261,12 @@ mod tests {
         let (sandbox, plain) = sandbox_with_crd().await;
         let (_, created) =
             habitat_of(&plain, "leader", crate::api::fixtures::habitat().leader()).await;
-        // The pass's POSTs to the Services collection: the headless Service's, then, from the
-        // task beside it, the leader Service's, held for 3 s.
+        // The pass's writes of Services: the headless Service's, then, from the task beside it,
+        // the leader Service's, held for 3 s.
         let timed = Timed {
             delay: Duration::ZERO,
             log: Default::default(),
-            hold_service_post: Some((1, Duration::from_secs(3))),
+            hold_service_write: Some((1, Duration::from_secs(3))),
         };
         let ctx = context(timed_client(&sandbox, &timed).await);
         let started = std::time::Instant::now();
@@ -1282,14 +1320,14 @@ mod tests {
             live.metadata.uid,
             "the created Service, from the memory of recent writes"
         );
-        let posts = timed
+        let writes = timed
             .log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|s| s.method == "POST" && s.path.ends_with("/services"))
+            .filter(|s| service_write(s))
             .count();
-        assert_eq!(posts, 2, "one create for each Service");
+        assert_eq!(writes, 2, "one apply for each Service");
         sandbox.shutdown().await;
     }
 
@@ -1433,7 +1471,7 @@ mod tests {
             .expect("not a failure");
         assert_eq!(action, Action::await_change());
         assert!(
-            ctx.last_failure.lock().expect("lock").is_empty(),
+            ctx.habitats.last_failure.lock().expect("lock").is_empty(),
             "no Warning Event is recorded"
         );
         let text = ctx.metrics.render();
@@ -1485,7 +1523,7 @@ mod tests {
         pod.metadata.namespace = Some("gone-pod".into());
         snap.pods.push(pod);
         let desired = decide::Desired {
-            fingerprints: None,
+            workload_current: false,
             workload: None,
             peers: vec![],
             mislabelled: vec![("redis-0".into(), true)],

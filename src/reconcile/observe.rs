@@ -11,6 +11,7 @@ use crate::api::key_name::KeyName;
 use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
+use crate::reconcile::drift::LiveWorkload;
 use crate::reconcile::index;
 use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
@@ -209,6 +210,16 @@ pub fn secret_problem(h: &Habitat, secrets: &SecretsView) -> Option<String> {
 }
 
 impl Snapshot {
+    /// The live children of the workload, as the snapshot holds them.
+    pub fn live_workload(&self) -> LiveWorkload<'_> {
+        LiveWorkload {
+            statefulset: self.statefulset.as_ref(),
+            headless: self.headless.as_ref(),
+            leader_service: self.leader_service.as_ref(),
+            budget: self.budget.as_ref(),
+        }
+    }
+
     /// The addresses currently in the peer file.
     pub fn current_peers(&self) -> Vec<&str> {
         self.peer_config

@@ -62,6 +62,16 @@ impl Backoffs {
         server.map_or(delay, |s| delay.max(s.min(self.max)))
     }
 
+    /// How many objects have a backoff.
+    pub fn len(&self) -> usize {
+        self.states.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none has.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forgets `uid`'s failures: the next failure starts from the initial delay.
     pub fn reset(&self, uid: &str) {
         self.states

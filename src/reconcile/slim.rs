@@ -2,7 +2,7 @@
 //! caches (each watch's transform, as controller-runtime's cache transforms do) and in the
 //! memory of its own writes ([`crate::reconcile::recent`]), which answers for the cache until
 //! the watch delivers the write. Both keep the same slim copy: the server's answer to a write
-//! carries the whole object (a StatefulSet's pod template, every object's managedFields), and
+//! carries the whole object (a StatefulSet's claim templates, every object's managedFields), and
 //! kept whole, the writes of the last few seconds were a quarter of the operator's heap at
 //! N = 1000 (heaptrack, docs/performance.md, fifteenth pass).
 
@@ -86,15 +86,15 @@ pub fn slim_budget(b: &mut PodDisruptionBudget) {
     b.status = None;
 }
 
-/// StatefulSets as the reconciler reads them: metadata (the applied fingerprint), the spec
-/// without its pod template and claim templates, which the operator writes but never reads back
-/// (it compares fingerprints), and the status fields that say how far a rollout is
-/// (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of the others
-/// (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no Habitat.
+/// StatefulSets as the reconciler reads them: metadata, the spec with its pod template (compared
+/// with what the operator applies: [`drift`](crate::reconcile::drift)) but without its claim
+/// templates, which cannot change once the StatefulSet exists, and the status fields that say how
+/// far a rollout is (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of
+/// the others (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no
+/// Habitat.
 pub fn slim_statefulset(s: &mut StatefulSet) {
     drop_managed_fields(s);
     if let Some(spec) = s.spec.as_mut() {
-        spec.template = Default::default();
         spec.volume_claim_templates = None;
     }
     if let Some(status) = s.status.take() {

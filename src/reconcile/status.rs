@@ -282,6 +282,21 @@ impl ProgressClock {
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(*t))
     }
 
+    /// Forgets `uid`.
+    pub fn forget(&self, uid: &str) {
+        self.seen().remove(uid);
+    }
+
+    /// How many Habitats' progress waits.
+    pub fn len(&self) -> usize {
+        self.seen().len()
+    }
+
+    /// Whether none does.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Records what the pass decided at `now`: a deferred write starts (or keeps) the wait; a
     /// write, nothing to write, or a phase that does not converge (those write at once) ends it.
     pub fn decided(&self, uid: &str, worth: Worth, converging: bool, now: std::time::Instant) {

@@ -23,9 +23,9 @@ use crate::reconcile::context::{Context, Stores};
 use crate::reconcile::echoes::Echoes;
 use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
-use crate::reconcile::requeue::Backoffs;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::slim::{drop_managed_fields, Slim};
+use crate::reconcile::state::PerHabitat;
 use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::lean::{self, Decoded, Lean};
 use crate::runtime::triggers::{Triggers, Wake, Woken};
@@ -416,11 +416,21 @@ pub async fn run(
     );
 
     let habitats_index = index.clone();
+    let per_habitat = Arc::new(PerHabitat::default());
+    let (deleted, state_metrics) = (per_habitat.clone(), metrics.clone());
     let (habitat_store, habitat_stream) = cached(
         api::<Lean<Habitat>>(&client, ns),
         watcher::Config::default(),
         drop_managed_fields,
-        move |e| habitats_index.habitat_event(e),
+        move |e| {
+            habitats_index.habitat_event(e);
+            if let watcher::Event::Delete(h) = e {
+                if let Some(uid) = h.metadata.uid.as_deref() {
+                    deleted.forget(uid);
+                    state_metrics.state_entries(deleted.len());
+                }
+            }
+        },
         Wake::Changed(echoes.clone()),
         &turns,
     );
@@ -459,13 +469,9 @@ pub async fn run(
             settings.census_port,
             settings.census_timeout,
         )) as Arc<dyn CensusSource>,
-        backoffs: Backoffs::default(),
+        habitats: per_habitat,
         generated_keys: Mutex::new(Default::default()),
         key_generation: tokio::sync::Mutex::new(()),
-        last_failure: Mutex::new(Default::default()),
-        written_over: Mutex::new(Default::default()),
-        progress: Default::default(),
-        fingerprints: Default::default(),
         echoes,
         synced: ready.clone(),
     });

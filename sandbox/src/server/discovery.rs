@@ -79,6 +79,13 @@ pub fn resources(reg: &Registry, group: &str, version: &str) -> Option<Value> {
             e["categories"] = json!(t.categories);
         }
         out.push(e);
+        if super::resource::has_scale(t) {
+            out.push(
+                json!({"name": format!("{}/scale", t.plural), "singularName": "",
+                "namespaced": t.namespaced, "group": "autoscaling", "version": "v1",
+                "kind": "Scale", "verbs": ["get", "patch", "update"]}),
+            );
+        }
         if t.status {
             out.push(
                 json!({"name": format!("{}/status", t.plural), "singularName": "",

@@ -414,6 +414,10 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
                     "status": "Success", "code": 201}),
             ));
         }
+        Some("scale") if has_scale(&rt) => {
+            let name = p.name.as_deref().ok_or_else(ApiError::no_route)?;
+            return scale(app, &rt, p.namespace.as_deref(), name, &r);
+        }
         Some(_) => return Err(ApiError::no_route()),
     };
     let ns = p.namespace.as_deref();
@@ -545,6 +549,68 @@ pub async fn handle(app: &App, p: super::route::ObjectPath, r: Req) -> Result<Re
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Whether a kind has a `scale` subresource (of the kinds the sandbox serves, StatefulSets).
+pub fn has_scale(rt: &ResourceType) -> bool {
+    rt.group == "apps" && rt.plural == "statefulsets"
+}
+
+/// The `autoscaling/v1` `Scale` of a StatefulSet.
+fn scale_of(o: &Value) -> Value {
+    let m = &o["metadata"];
+    let selector = o["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|l| {
+            l.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]},
+        "spec": {"replicas": o["spec"]["replicas"].as_i64().unwrap_or(1)},
+        "status": {"replicas": o["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    })
+}
+
+/// `GET`, `PUT` and `PATCH` of `statefulsets/NAME/scale`, as `kubectl scale` sends them: the
+/// Scale's `spec.replicas` is written to the object's, by the request's field manager.
+fn scale(
+    app: &App,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    r: &Req,
+) -> Result<Response, ApiError> {
+    let current = scale_of(&app.store.lock().get(rt, ns, name)?);
+    let wanted = match r.method {
+        Method::GET => return Ok(json_response(200, &current)),
+        Method::PUT => parse_json(r)?,
+        Method::PATCH => {
+            let pt = PatchType::from_content_type(r.header("content-type"))?;
+            if pt == PatchType::Apply {
+                return Err(ApiError::method_not_allowed());
+            }
+            patch::apply_patch(pt, &current, &patch::parse_body(pt, &r.body)?)?
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    let Some(replicas) = wanted["spec"]["replicas"].as_i64() else {
+        return Err(ApiError::bad_request("spec.replicas: Required value"));
+    };
+    let body = json!({"spec": {"replicas": replicas}});
+    let by = Manager {
+        name: Some(manager_of(r)),
+        force: false,
+    };
+    let obj = write(app, r, |i| {
+        i.patch(rt, ns, name, PatchType::Merge, &body, false, by)
+    })?;
+    Ok(json_response(200, &scale_of(&obj)))
 }
 
 /// `POST pods/NAME/binding`, as the scheduler does: sets `spec.nodeName` and the
