@@ -132,7 +132,7 @@ async fn the_operator_reports_ready_once_its_caches_are_synced(ground: Ground) {
 
 /// `run` keeps its controller, its watches and its HTTP connections on one thread: kube's
 /// Controller polls every reconcile on the thread that awaits it, and with worker threads each
-/// request crossed threads twice (docs/performance.md, tenth pass).
+/// request crossed threads twice (context switches were 13% of the operator's CPU at N = 1000).
 async fn the_operator_runs_on_one_thread(ground: Ground) {
     require_kubectl!();
     let env = env_on!(ground, "thread");

@@ -204,7 +204,7 @@ impl HttpCensus {
             // per leader-group pod ever asked, buffers included, for 90 s (and forgot an expired
             // one only when its pod was asked again): 3.4 MB of the heap at N = 1000 (900 pods;
             // heaptrack). Kept for 5 s, the peak RSS was 55.4 MiB; kept for none, 48.7 MiB
-            // (docs/performance.md, fifteenth pass). A new connection to a pod is cheap next to
+            // A new connection to a pod is cheap next to
             // a reconcile pass.
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)

@@ -5,7 +5,7 @@
 //! (median; headless Services 34 ms), most of it waiting in that line, and a leader group's first
 //! pass held one of the operator's workers for all of it: 21 of the 36 worker-seconds of the
 //! first 2.5 s went to waiting, and the standalone Habitats' first passes waited for free
-//! workers (docs/performance.md, thirty-fifth pass).
+//! workers.
 //!
 //! So the first apply (the create) of a Service that needs a cluster IP runs in a task of its own, at most
 //! [`IN_FLIGHT`] at a time. The pass that starts it goes on as if the Service were there, and

@@ -558,7 +558,7 @@ fn user_warnings(
 /// Not a server-side apply: the status is the operator's alone, so an apply's field ownership
 /// buys nothing here, and an apply is the costliest way to write it. kube-apiserver parses an
 /// apply's body as YAML (twice) and merges its field sets; a JSON patch is applied to the stored
-/// JSON. Profiled at N = 300 on the real ground (docs/performance.md, twenty-fourth pass), the
+/// JSON. Profiled at N = 300 on the real ground, the
 /// YAML parsing and the field manager's apply took 1.28 of kube-apiserver's CPU seconds in 10 s
 /// of the operator's run with the status written by apply, 0.72 without.
 async fn persist(
@@ -619,7 +619,7 @@ fn next_requeue(
         // says: until then the census is read only at the resync interval, in case the group
         // has members this Habitat's pods do not show. Polled meanwhile, a leader group waiting
         // for kube-controller-manager to create its pods was reconciled 6 times for nothing at
-        // N = 1000 on the real ground (docs/performance.md, thirtieth pass).
+        // N = 1000 on the real ground.
         Outcome::Waiting(Blocker::Election) if stalled => {
             ctx.habitats.backoffs.reset(uid);
             Some(ctx.resync)

@@ -4,7 +4,7 @@
 //! the watch delivers the write. Both keep the same slim copy: the server's answer to a write
 //! carries the whole object (a StatefulSet's claim templates, every object's managedFields), and
 //! kept whole, the writes of the last few seconds were a quarter of the operator's heap at
-//! N = 1000 (heaptrack, docs/performance.md, fifteenth pass).
+//! N = 1000 (heaptrack).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
@@ -80,7 +80,7 @@ pub fn slim_pod(p: &mut Pod) {
 /// spec. kube-controller-manager's disruption controller rewrites the status (healthy pods,
 /// disruptions allowed) whenever a member's readiness changes, and each such update woke the
 /// leader group although nothing of it is read: at N = 100 on the real ground, 0.5 reconciles per
-/// Habitat, 1.7 per leader group (docs/performance.md, thirtieth pass).
+/// Habitat, 1.7 per leader group.
 pub fn slim_budget(b: &mut PodDisruptionBudget) {
     drop_managed_fields(b);
     b.status = None;

@@ -38,8 +38,8 @@ use crate::runtime::triggers::{Triggers, Wake, Woken};
 /// the last StatefulSet was written 52 s after the first Habitat (the plain floor's after
 /// 12 s), and the last pods could not start before it; with 16, after 32 s. The time to Ready
 /// was 1.02 to 1.27 times the plain floor's in four runs with 16 against 1.13 to 1.48 in three
-/// with 8, for 51 MiB peak RSS against 48 (docs/performance.md, eighteenth pass). Earlier, 32
-/// workers were slower than 16 (sixth pass).
+/// with 8, for 51 MiB peak RSS against 48. 32 workers gained nothing over 16 (the floors, at
+/// the same concurrency, gained as much) and took the peak RSS at N = 100 over 20 MiB.
 pub const DEFAULT_WORKERS: u16 = 16;
 
 /// How the controller runs.
@@ -82,10 +82,10 @@ where
 /// Objects per page of a cache's initial list. kube's default of 500 made the operator's peak
 /// RSS on a restart over 1,000 settled Habitats (2,302 pods) 107 to 115 MiB against 69 MiB once
 /// settled: a page's response and its decoded objects (managedFields included, until slimmed),
-/// for every cache at once. Pages of 100: 89 MiB (docs/performance.md, fourteenth pass). Since
+/// for every cache at once. Pages of 100: 89 MiB. Since
 /// the caches list in turn ([`ListTurns`]), pages of 50 against 100: 50 against 59 MiB at
 /// N = 1000 and 19 against 23 MiB at N = 100, for 150 requests from start to settled instead of
-/// 81, and caches synced in 1.1 s instead of 1.0 (sixteenth pass).
+/// 81, and caches synced in 1.1 s instead of 1.0.
 const LIST_PAGE: u32 = 50;
 
 /// Objects per page for the kinds whose objects are large until slimmed: a pod (its spec, its
@@ -94,9 +94,8 @@ const LIST_PAGE: u32 = 50;
 /// settled Habitats with 16 workers, the operator peaked at 18.8 to 21.0 MiB with pages of 50
 /// (target 20) and 18.2 to 18.8 with 25 for these two kinds, for 33 requests from start to
 /// settled instead of 26 (216 instead of 150 at N = 1000, where the caches themselves set the
-/// peak; docs/performance.md, twentieth pass). Since the thirtieth pass their objects are
-/// decoded without those parts ([`lean`]), but each page's response still carries them whole;
-/// the page sizes were not measured again.
+/// peak). Their objects are now decoded without those parts ([`lean`]), but each page's
+/// response still carries them whole; the page sizes were not measured again since.
 const LIST_PAGE_LARGE: u32 = 25;
 const _: () = assert!(LIST_PAGE_LARGE < LIST_PAGE);
 
@@ -164,7 +163,7 @@ where
 /// The caches' first lists, one cache at a time. Listed all at once, the seven caches each
 /// decoded a page (its objects whole, managedFields included, before they are slimmed) at the
 /// same moment: on a restart over 100 settled Habitats the operator peaked at 24 to 25 MiB
-/// against 17 once settled, 19 in turn with pages of 50 (docs/performance.md, sixteenth pass).
+/// against 17 once settled, 19 in turn with pages of 50.
 /// Later relists (after a watch expired or failed) take no turn; a list that fails hands the
 /// turn on, so a kind the operator may not list holds no other cache back.
 #[derive(Clone)]
@@ -759,7 +758,7 @@ mod tests {
     async fn caches_list_one_at_a_time_and_hand_the_turn_on_when_a_list_ends_or_fails() {
         use futures::FutureExt;
         // Listed all at once, the seven caches each decoded a page at the same moment: the
-        // restart's peak RSS at N = 100 was 24 to 25 MiB, 19 since (docs/performance.md).
+        // restart's peak RSS at N = 100 was 24 to 25 MiB; in turn, 19.
         let turns = ListTurns::default();
         let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // A watch that counts its first poll (its list request), then yields `then`.

@@ -9,8 +9,8 @@
 //!   object created while the watch was down before it is in the store, and drop the request
 //!   (`ObjectNotFound`) with nothing to wake it again. At `InitDone` every object in the cache is
 //!   a trigger ([`Woken::All`]): the cache is the list then, so the list's objects are not kept
-//!   a second time meanwhile. (They were, until the fifteenth pass: a restart over 1,000
-//!   settled Habitats held every cached object twice, and peaked at 87 MiB.)
+//!   a second time meanwhile. (Kept beside the cache, they made a restart over 1,000
+//!   settled Habitats hold every cached object twice and peak at 87 MiB.)
 //! - **An echo** of this process's own write ([`Echoes`]) is no trigger.
 //! - **An unchanged object** is no trigger: an update after which the object, as the cache keeps
 //!   it (the `slim_*` transforms drop what the reconciler never reads), differs from the last

@@ -418,7 +418,7 @@ impl Planner {
     /// supervisor's health moved (`health_moved`, by uid: readiness follows the supervisor, not
     /// the pod). Each is read from `pods`, the cache, as it is now. A pass so costs what
     /// changed, not every pod: at N = 5000 the whole-world pass was a quarter of the sandbox's
-    /// CPU (docs/performance.md, seventeenth pass).
+    /// CPU.
     pub fn plan_changed(
         &mut self,
         pods: &Store<Pod>,
