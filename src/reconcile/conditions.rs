@@ -69,6 +69,8 @@ pub enum Reason {
     KeyFound,
     /// The operator generated the ring's key.
     KeyGenerated,
+    /// The ring names no Secret yet and the operator is generating its key.
+    KeyPending,
     /// The ring key Secret does not exist.
     SecretNotFound,
     /// The ring key Secret is malformed.
@@ -126,6 +128,7 @@ impl Reason {
     pub fn is_progress(reason: &str) -> bool {
         [
             Reason::PeerConfigPending,
+            Reason::KeyPending,
             Reason::NotApplied,
             Reason::ReplicasNotReady,
             Reason::NoQuorum,
@@ -148,6 +151,7 @@ impl Reason {
             Reason::NotRequired => "NotRequired",
             Reason::KeyFound => "KeyFound",
             Reason::KeyGenerated => "KeyGenerated",
+            Reason::KeyPending => "KeyPending",
             Reason::SecretNotFound => "SecretNotFound",
             Reason::KeyMalformed => "KeyMalformed",
             Reason::ReferencedSecretMissing => "ReferencedSecretMissing",

@@ -542,7 +542,6 @@ fn user_warnings(
             c.status == "False" && (c.type_ != "Ready" || c.reason == Reason::InvalidSpec.as_str())
         })
         .filter(|c| user_reasons.iter().any(|r| r.as_str() == c.reason))
-        .filter(|c| !c.message.contains("the operator generates one"))
         .filter(|c| {
             !old.iter()
                 .any(|o| o.type_ == c.type_ && o.reason == c.reason && o.message == c.message)
@@ -696,6 +695,25 @@ mod tests {
         (phase, transitions)
     }
 
+    /// A ring key the operator is still generating is progress, not something the user must
+    /// fix: no Warning. A missing Secret the user named is. Told apart by the reason alone.
+    #[test]
+    fn a_key_being_generated_warns_nobody_and_a_missing_secret_warns() {
+        let key = |reason: conditions::Reason| {
+            conditions::Desired::new(
+                conditions::ConditionType::KeyReady,
+                false,
+                reason,
+                "the same words either way",
+            )
+        };
+        let merged = |d: conditions::Desired| conditions::merge(&[], &[d], 1, chrono::Utc::now());
+        assert!(user_warnings(&[], &merged(key(conditions::Reason::KeyPending))).is_empty());
+        assert_eq!(
+            user_warnings(&[], &merged(key(conditions::Reason::SecretNotFound))).len(),
+            1
+        );
+    }
     #[test]
     fn a_pass_that_walks_to_ready_does_not_go_on_to_updating() {
         // No status yet (observedGeneration unset, so generation 1 is "above" it) and every

@@ -399,7 +399,7 @@ fn conditions_for(i: &Inputs<'_>, ready_replicas: i32) -> Vec<Desired> {
             let field = if h.spec.service.ring_secret_name.is_some() { "spec.service.ringSecretName" } else { "spec.service.ring" };
             Desired::new(T::KeyReady, false, R::KeyMalformed, format!("{problem} (the ring key of {field}); fix the Secret or name another one"))
         }
-        KeyState::ToGenerate { ring } => Desired::new(T::KeyReady, false, R::SecretNotFound, format!("no key for ring {ring} yet; the operator generates one")),
+        KeyState::ToGenerate { ring } => Desired::new(T::KeyReady, false, R::KeyPending, format!("no key for ring {ring} yet; the operator generates one")),
     });
 
     out.push(match (&s.secret_problem, f.workload_current) {
