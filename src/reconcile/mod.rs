@@ -201,7 +201,8 @@ pub fn error_policy(h: Arc<Habitat>, error: &Error, ctx: Arc<Context>) -> Action
 }
 
 /// One pass of the pipeline over a Habitat that has the finalizer, or gets it from `adding`
-/// alongside the pass: the status is written once the finalizer is on.
+/// alongside the pass: observe → decide and act → persist → record → requeue. The status is
+/// written once the finalizer is on.
 async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Result<Action, Error> {
     let ns = h
         .namespace()
@@ -211,23 +212,9 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         tracing::debug!(%ns, name = %h.name_any(), "the cache does not show our last status write yet; looking again shortly");
         return Ok(Action::requeue(STALE_RETRY));
     }
-    let generated = h
-        .spec
-        .service
-        .ring
-        .as_ref()
-        .and_then(|r| remembered_key(ctx, &ns, &r.name));
-
-    let secrets = match ctx.secrets.view(&ctx.client, &ctx.stores, h).await {
-        Ok(view) => view,
-        // Being deleted, the Habitat needs no Secret: a failed read must not hold the finalizer.
-        Err(e) if h.metadata.deletion_timestamp.is_some() => {
-            tracing::debug!(%ns, name = %h.name_any(), error = %e.chain(1024), "Secrets not read during deletion");
-            Default::default()
-        }
-        Err(e) => return Err(e),
-    };
-    let mut snap = observe(h, &ctx.stores, &secrets, generated);
+    // Observe: the caches, and the Secrets the spec names.
+    let mut snap = observe_pass(h, ctx, &ns).await?;
+    // Decide and act until the machine waits; a new Habitat's finalizer goes out alongside.
     let mut decider = Decider::remembering(&ctx.habitats.verified);
     let (added, mut pass) = futures::join!(
         async {
@@ -238,39 +225,18 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         },
         drive(h, ctx, persisted_phase(h), &mut snap, &mut decider),
     );
-    // The version the status write replaces: the finalizer's, when this pass added it.
-    let version = match added {
-        None => h.resource_version(),
-        Some(Ok(patched)) => patched.resource_version(),
-        // The copy predates a change of the finalizers (another event woke it before the watch
-        // delivered the change): the patch's precondition fails. The pass's writes stand; it
-        // runs again shortly on a fresh copy. Not a failure. The pass's actions are told now
-        // (a key it generated is not generated again); the phases it walked are not persisted,
-        // and the pass that repeats them tells them.
-        Some(Err(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
-            tracing::debug!(%ns, name = %h.name_any(), "finalizer already being added; retrying with a fresh copy");
+    let version = match replaced_version(h, added) {
+        Replaced::Version(version) => version,
+        // The pass's actions are told now (a key it generated is not generated again); the
+        // phases it walked are not persisted, and the pass that repeats them tells them.
+        Replaced::Raced => {
             ctx.events.send(h, pass.notes);
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
-        Some(Err(e)) => {
-            return Err(Error::Finalizer {
-                name: h.name_any(),
-                retry_after: crate::error::retry_after(&e),
-                message: e.to_string(),
-            })
-        }
+        Replaced::Failed(e) => return Err(e),
     };
-    // Standalone supervisors that update themselves: only the census says what they run.
-    if follows_channel(h)
-        && snap.leader == observe::LeaderView::NotObserved
-        && snap.pods.iter().any(peer::is_running)
-        && h.metadata.deletion_timestamp.is_none()
-    {
-        let (view, read) = leader::observe_read(h, ctx.census.as_ref(), &snap.pods).await;
-        snap.leader = view;
-        // Member identity: a rolling group's members confirmed dead are departed too.
-        depart::depart_dead(ctx, h, read.as_ref(), &mut pass.notes).await;
-    }
+    observe_channel_census(h, ctx, &mut snap, &mut pass.notes).await;
+    // Persist: the status the pass leads to, written when worth it.
     let now = Utc::now();
     let facts = decide::facts(h, &snap, &decider.desired(h, &snap));
     let old = h.status.clone().unwrap_or_default();
@@ -283,17 +249,122 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
         phase_changed: !pass.transitions.is_empty(),
         now,
     });
+    // Record: metrics, logs and the Events of the pass.
     let notes = record(ctx, h, &uid, &pass, &old, &new, now);
-    let converging = status::converging(pass.phase);
-    let mut deferred = None;
+    let deferred = write_status(ctx, h, &ns, &uid, new, &old, pass.phase, version).await?;
+    if h.metadata.deletion_timestamp.is_some() {
+        ctx.habitats.forget(&uid);
+    }
+    ctx.metrics.state_entries(ctx.habitats.len());
+    ctx.events.send(h, notes);
+    // Requeue: the failure's backoff (error_policy), or when to look again.
+    if let Some(e) = pass.failure {
+        return Err(e);
+    }
+    let stalled = leader::stalled(&snap.leader, &snap.pods);
+    let next = match (next_requeue(ctx, h, &uid, &pass.outcome, stalled), deferred) {
+        (Some(after), Some(wait)) => Some(after.min(wait)),
+        (None, Some(wait)) | (Some(wait), None) => Some(wait),
+        (None, None) => None,
+    };
+    tracing::debug!(%ns, name = %h.name_any(), outcome = ?pass.outcome, requeue = ?next, "reconciled");
+    Ok(next.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The snapshot of `h`'s world: the caches, the Secrets the spec names (read when their
+/// version changes) and the ring key this process generated and the cache may not hold yet.
+async fn observe_pass(h: &Habitat, ctx: &Context, ns: &str) -> Result<observe::Snapshot, Error> {
+    let generated = h
+        .spec
+        .service
+        .ring
+        .as_ref()
+        .and_then(|r| remembered_key(ctx, ns, &r.name));
+    let secrets = match ctx.secrets.view(&ctx.client, &ctx.stores, h).await {
+        Ok(view) => view,
+        // Being deleted, the Habitat needs no Secret: a failed read must not hold the finalizer.
+        Err(e) if h.metadata.deletion_timestamp.is_some() => {
+            tracing::debug!(%ns, name = %h.name_any(), error = %e.chain(1024), "Secrets not read during deletion");
+            Default::default()
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(observe(h, &ctx.stores, &secrets, generated))
+}
+
+/// Which version of the Habitat the status write replaces.
+enum Replaced {
+    /// `h`'s, or the finalizer's when this pass added it.
+    Version(Option<String>),
+    /// The finalizer's patch lost a race: the copy predates a change of the finalizers
+    /// (another event woke it before the watch delivered the change), so the patch's
+    /// precondition failed. The pass's writes stand; it runs again shortly on a fresh copy.
+    /// Not a failure.
+    Raced,
+    /// The finalizer could not be added.
+    Failed(Error),
+}
+
+/// The version the status write replaces, given the finalizer's patch of this pass (`added`).
+fn replaced_version(h: &Habitat, added: Option<Result<Habitat, kube::Error>>) -> Replaced {
+    match added {
+        None => Replaced::Version(h.resource_version()),
+        Some(Ok(patched)) => Replaced::Version(patched.resource_version()),
+        Some(Err(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
+            tracing::debug!(namespace = %h.namespace().unwrap_or_default(), name = %h.name_any(), "finalizer already being added; retrying with a fresh copy");
+            Replaced::Raced
+        }
+        Some(Err(e)) => Replaced::Failed(Error::Finalizer {
+            name: h.name_any(),
+            retry_after: crate::error::retry_after(&e),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Standalone supervisors that update themselves: only the census says what they run, and a
+/// rolling group's members confirmed dead are departed too (leader groups read theirs in
+/// `act`).
+async fn observe_channel_census(
+    h: &Habitat,
+    ctx: &Context,
+    snap: &mut observe::Snapshot,
+    notes: &mut Vec<Note>,
+) {
+    if follows_channel(h)
+        && snap.leader == observe::LeaderView::NotObserved
+        && snap.pods.iter().any(peer::is_running)
+        && h.metadata.deletion_timestamp.is_none()
+    {
+        let (view, read) = leader::observe_read(h, ctx.census.as_ref(), &snap.pods).await;
+        snap.leader = view;
+        depart::depart_dead(ctx, h, read.as_ref(), notes).await;
+    }
+}
+
+/// Writes `new` when it is worth it now ([`status::worth_writing`]), and remembers the version
+/// the write replaced (a reconcile handed it again comes from a stale cache). Answers how long
+/// a deferred progress write waits.
+#[allow(clippy::too_many_arguments)]
+async fn write_status(
+    ctx: &Context,
+    h: &Habitat,
+    ns: &str,
+    uid: &str,
+    new: crate::api::HabitatStatus,
+    old: &crate::api::HabitatStatus,
+    phase: Phase,
+    version: Option<String>,
+) -> Result<Option<Duration>, Error> {
     let clock_now = std::time::Instant::now();
-    let waited = ctx.habitats.progress.waited(&uid, clock_now);
-    let worth = status::worth_writing(&new, &old, pass.phase, Some(waited));
+    let waited = ctx.habitats.progress.waited(uid, clock_now);
+    let worth = status::worth_writing(&new, old, phase, Some(waited));
+    let mut deferred = None;
     match worth {
         Worth::Nothing => {}
         Worth::Later(wait) => deferred = Some(wait),
         Worth::Now => {
-            let written = persist(ctx, h, &ns, new).await?;
+            let written = persist(ctx, h, ns, new).await?;
             // Marked only when the write made a new version: after a write that changed nothing
             // (the server already held this status) no newer copy would ever come to clear it.
             if let (Some(before), Some(after)) = (version, written) {
@@ -302,34 +373,16 @@ async fn run(h: &Habitat, ctx: &Context, adding: Option<&Api<Habitat>>) -> Resul
                         .written_over
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(uid.clone(), before);
+                        .insert(uid.to_string(), before);
                 }
             }
         }
     }
-    if h.metadata.deletion_timestamp.is_some() {
-        ctx.habitats.forget(&uid);
-    }
     // Only converging Habitats are remembered (the others' next write is never deferred).
     ctx.habitats
         .progress
-        .decided(&uid, worth, converging, clock_now);
-    ctx.metrics.state_entries(ctx.habitats.len());
-    ctx.events.send(h, notes);
-    match pass.failure {
-        Some(e) => Err(e),
-        None => {
-            // A deferred progress write is looked at again when it is due.
-            let stalled = leader::stalled(&snap.leader, &snap.pods);
-            let next = match (next_requeue(ctx, h, &uid, &pass.outcome, stalled), deferred) {
-                (Some(after), Some(wait)) => Some(after.min(wait)),
-                (None, Some(wait)) | (Some(wait), None) => Some(wait),
-                (None, None) => None,
-            };
-            tracing::debug!(%ns, name = %h.name_any(), outcome = ?pass.outcome, requeue = ?next, "reconciled");
-            Ok(next.map_or_else(Action::await_change, Action::requeue))
-        }
-    }
+        .decided(uid, worth, status::converging(phase), clock_now);
+    Ok(deferred)
 }
 
 /// Whether the supervisors may change the package themselves (`updateStrategy` other than
