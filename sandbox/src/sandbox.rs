@@ -46,6 +46,8 @@ pub struct Options {
     pub pod_ready_delay: Duration,
     /// Injected faults (default none; the simulated nodes are always exempt).
     pub faults: crate::faults::Faults,
+    /// Run real Habitat supervisors in the pods instead of simulated ones (default none).
+    pub real_supervisors: Option<crate::nodes::habitat::Config>,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             simulate_supervisors: true,
             pod_ready_delay: Duration::from_millis(300),
             faults: crate::faults::Faults::default(),
+            real_supervisors: None,
         }
     }
 }
@@ -128,13 +131,14 @@ impl Sandbox {
         }));
         let sim = crate::sim::Simulation::start(store.clone());
         let client = local_client(addr)?;
-        let nodes = crate::nodes::Nodes::start(
+        let nodes = crate::nodes::Nodes::start_with(
             client,
             crate::nodes::Options {
                 simulate_supervisors: opts.simulate_supervisors,
                 pod_ready_delay: opts.pod_ready_delay,
                 namespace: None,
             },
+            opts.real_supervisors.clone(),
         )
         .await?;
         Ok(Sandbox {

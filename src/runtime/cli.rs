@@ -100,6 +100,16 @@ impl RunArgs {
     }
 }
 
+/// What runs in the sandbox's Habitat pods.
+#[cfg(feature = "sandbox")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Supervisors {
+    /// Simulated supervisors (fast; any number of pods).
+    Simulated,
+    /// The real Habitat supervisor (`hab sup run`) in each pod.
+    Real,
+}
+
 /// Flags of `sandbox`.
 #[cfg(feature = "sandbox")]
 #[derive(Debug, Clone, Args)]
@@ -138,6 +148,14 @@ pub struct SandboxArgs {
     /// Port of the simulated API server (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
+    /// What runs in each Habitat pod: `simulated` supervisors, or `real` ones (`hab sup run`
+    /// from the directory in HABITAT_SUPERVISOR_BIN, one FS_ROOT and loopback IP per pod).
+    #[arg(long, value_enum, default_value_t = Supervisors::Simulated)]
+    pub supervisors: Supervisors,
+    /// With --supervisors real: describe each running container in DIR/NAMESPACE/POD.json
+    /// (session id, FS_ROOT, pod IP), for tests that crash a pod or turn it unhealthy.
+    #[arg(long, value_name = "DIR")]
+    pub supervisor_state_dir: Option<PathBuf>,
     /// Address of the embedded operator's /metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
@@ -267,6 +285,37 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["habitat-operator", "sandbox", "--namespace", "x"]).is_err());
+    }
+
+    #[cfg(feature = "sandbox")]
+    #[test]
+    fn real_supervisors_are_chosen_on_both_sandbox_modes() {
+        let parse = |args: &[&str]| -> SandboxArgs {
+            let all = ["habitat-operator", "sandbox"].iter().chain(args);
+            match Cli::try_parse_from(all).expect("valid flags").command {
+                Command::Sandbox(s) => s,
+                _ => panic!("not the sandbox command"),
+            }
+        };
+        assert_eq!(parse(&[]).supervisors, Supervisors::Simulated);
+        let embedded = parse(&["--supervisors", "real", "--until-ready"]);
+        assert_eq!(embedded.supervisors, Supervisors::Real);
+        let nodes = parse(&[
+            "--kubeconfig",
+            "k",
+            "--supervisors",
+            "real",
+            "--supervisor-state-dir",
+            "/tmp/s",
+        ]);
+        assert_eq!(nodes.supervisors, Supervisors::Real);
+        assert_eq!(
+            nodes.supervisor_state_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/s"))
+        );
+        assert!(
+            Cli::try_parse_from(["habitat-operator", "sandbox", "--supervisors", "fake"]).is_err()
+        );
     }
 
     #[test]

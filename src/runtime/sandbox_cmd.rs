@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use habitat_operator::api::Habitat;
-use habitat_operator::runtime::cli::{RunArgs, SandboxArgs};
+use habitat_operator::runtime::cli::{RunArgs, SandboxArgs, Supervisors};
 use habitat_operator::runtime::runner;
 use habitat_sandbox::{Options, Sandbox};
 use kube::api::ListParams;
@@ -13,12 +13,14 @@ use kube::{Api, Client, CustomResourceExt, ResourceExt};
 
 /// Runs the sandbox command.
 pub async fn run(args: SandboxArgs) -> Result<(), String> {
+    let real = real_supervisors(&args)?;
     if let Some(kubeconfig) = &args.kubeconfig {
-        return nodes(kubeconfig, args.namespace.clone()).await;
+        return nodes(kubeconfig, args.namespace.clone(), real).await;
     }
     let opts = Options {
         addr: ([127, 0, 0, 1], args.port).into(),
         faults: args.faults.clone().unwrap_or_default(),
+        real_supervisors: real,
         ..Options::default()
     };
     let sandbox = Sandbox::start(opts)
@@ -78,9 +80,26 @@ pub async fn run(args: SandboxArgs) -> Result<(), String> {
     outcome
 }
 
+/// With `--supervisors real`, where the binaries are (checked) and where to describe the
+/// containers.
+fn real_supervisors(
+    args: &SandboxArgs,
+) -> Result<Option<habitat_sandbox::nodes::habitat::Config>, String> {
+    if args.supervisors != Supervisors::Real {
+        return Ok(None);
+    }
+    habitat_sandbox::nodes::habitat::Config::from_env(args.supervisor_state_dir.clone())
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// `sandbox --kubeconfig FILE`: only the simulated nodes, against an existing API server, until
 /// SIGINT or SIGTERM.
-async fn nodes(kubeconfig: &Path, namespace: Option<String>) -> Result<(), String> {
+async fn nodes(
+    kubeconfig: &Path,
+    namespace: Option<String>,
+    real: Option<habitat_sandbox::nodes::habitat::Config>,
+) -> Result<(), String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
@@ -93,7 +112,7 @@ async fn nodes(kubeconfig: &Path, namespace: Option<String>) -> Result<(), Strin
         namespace: namespace.clone(),
         ..Default::default()
     };
-    let nodes = habitat_sandbox::nodes::Nodes::start(client, opts)
+    let nodes = habitat_sandbox::nodes::Nodes::start_with(client, opts, real)
         .await
         .map_err(|e| e.to_string())?;
     println!(

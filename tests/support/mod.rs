@@ -57,6 +57,7 @@ macro_rules! require_kubectl {
 
 pub mod control_plane;
 pub mod prometheus;
+pub mod supervisors;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -153,6 +154,11 @@ pub struct Env {
     pub client: Client,
     /// The operator's metrics address.
     pub metrics: String,
+    /// With real supervisors in the pods: their containers ([`supervisors::States`]).
+    pub supervisors: Option<supervisors::States>,
+    // Stopped before the rest (and before `_dir` goes): SIGTERM lets the nodes stop the
+    // supervisors.
+    _graceful: Option<supervisors::Graceful>,
     _dir: tempfile::TempDir,
     _sandbox: Option<Proc>,
     _nodes: Option<Proc>,
@@ -206,6 +212,16 @@ impl Env {
             .expect("a given control plane is always available")
     }
 
+    /// Like [`Env::start_with`], with the real Habitat supervisor in each Habitat pod
+    /// (`sandbox --supervisors real`): on the real control plane with the simulated nodes, or
+    /// in a sandbox process. None (skipped) without `HABITAT_SUPERVISOR_BIN` or, on the real
+    /// ground, without the control plane.
+    pub async fn start_real_supervisors(ground: Ground, test: &str, operator: bool) -> Option<Env> {
+        supervisors::bin()?;
+        let flags = ["--supervisors", "real"];
+        Self::start_in(ground, test, operator, None, &flags).await
+    }
+
     async fn start_in(
         ground: Ground,
         test: &str,
@@ -214,12 +230,24 @@ impl Env {
         sandbox_flags: &[&str],
     ) -> Option<Env> {
         let dir = tempfile::tempdir().expect("temp dir");
+        let real_supervisors = sandbox_flags
+            .windows(2)
+            .any(|w| w == ["--supervisors", "real"]);
+        let state_dir = dir.path().join("supervisors");
+        let mut sandbox_flags: Vec<String> = sandbox_flags.iter().map(|f| f.to_string()).collect();
+        if real_supervisors {
+            sandbox_flags.extend([
+                "--supervisor-state-dir".to_string(),
+                state_dir.display().to_string(),
+            ]);
+        }
         let suffix: u32 = rand::random::<u32>() % 100_000;
         let namespace = format!("e2e-{}-{suffix}", test.replace('_', "-"))
             .chars()
             .take(60)
             .collect::<String>();
         let external = std::env::var_os("HABITAT_E2E_KUBECONFIG").map(PathBuf::from);
+        let mut graceful = None;
         let (kubeconfig, operator_kubeconfig, sandbox, real) = match (ground, external) {
             (Ground::Real, _) if private.is_some() => {
                 let cp = private.expect("checked");
@@ -248,29 +276,38 @@ impl Env {
             (Ground::Sandbox, _) => {
                 let kc = dir.path().join("kubeconfig");
                 let log = std::fs::File::create(dir.path().join("sandbox.log")).expect("log file");
-                let child = Command::new(bin())
-                    .args([
-                        "sandbox",
-                        "--no-operator",
-                        "--log-level",
-                        "warn",
-                        "--kubeconfig-out",
-                    ])
-                    .arg(&kc)
-                    .args(sandbox_flags)
-                    .arg(root().join("crds/habitat.yaml"))
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()
-                    .expect("start the sandbox");
-                let proc = Proc(child, "sandbox");
+                let mut cmd = Command::new(bin());
+                cmd.args([
+                    "sandbox",
+                    "--no-operator",
+                    "--log-level",
+                    "warn",
+                    "--kubeconfig-out",
+                ])
+                .arg(&kc)
+                .args(&sandbox_flags)
+                .arg(root().join("crds/habitat.yaml"))
+                .stdout(Stdio::null())
+                .stderr(log);
+                if real_supervisors {
+                    // The supervisors' temporary root goes with the test's directory, even
+                    // after a SIGKILL of the sandbox.
+                    cmd.env("TMPDIR", dir.path());
+                }
+                let child = cmd.spawn().expect("start the sandbox");
+                let proc = if real_supervisors {
+                    graceful = Some(supervisors::Graceful(child, Duration::from_secs(15)));
+                    None
+                } else {
+                    Some(Proc(child, "sandbox"))
+                };
                 wait_for(
                     Duration::from_secs(30),
                     "the sandbox kubeconfig",
                     || async { kc.is_file() },
                 )
                 .await;
-                (kc.clone(), kc, Some(proc), false)
+                (kc.clone(), kc, proc, false)
             }
         };
         let client = client_for(&kubeconfig).await;
@@ -281,6 +318,11 @@ impl Env {
             namespace: namespace.clone(),
             client,
             metrics: String::new(),
+            supervisors: real_supervisors.then(|| supervisors::States {
+                dir: state_dir.clone(),
+                namespace: namespace.clone(),
+            }),
+            _graceful: graceful,
             _dir: dir,
             _sandbox: sandbox,
             _nodes: None,
@@ -307,7 +349,11 @@ impl Env {
                 &control_plane::leader_election_rbac_in(&namespace)
                     .expect("the leader-election RBAC of deploy/base"),
             );
-            env.start_nodes();
+            if real_supervisors {
+                env.start_real_nodes(&sandbox_flags);
+            } else {
+                env.start_nodes();
+            }
         }
         if operator {
             env.start_operator();
@@ -327,6 +373,36 @@ impl Env {
             .spawn()
             .expect("start the simulated nodes");
         self._nodes = Some(Proc(child, "nodes"));
+    }
+
+    /// Starts the simulated nodes with real supervisors (`flags`) for the test namespace on
+    /// the real control plane.
+    fn start_real_nodes(&mut self, flags: &[String]) {
+        let log = std::fs::File::create(self._dir.path().join("nodes.log")).expect("log file");
+        let child = Command::new(bin())
+            .args(["sandbox", "--log-level", "info", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.namespace])
+            .args(flags)
+            // The supervisors' temporary root goes with the test's directory, even after a
+            // SIGKILL of the nodes.
+            .env("TMPDIR", self._dir.path())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the simulated nodes");
+        self._graceful = Some(supervisors::Graceful(child, Duration::from_secs(15)));
+    }
+
+    /// The nodes' log so far (with real supervisors, their containers' starts and exits).
+    pub fn nodes_log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("nodes.log")).unwrap_or_default()
+    }
+
+    /// Stops the nodes (or the sandbox) that run real supervisors, as the end of a test does:
+    /// SIGTERM, then SIGKILL after a grace period.
+    pub fn stop_real_supervisors(&mut self) {
+        self._graceful = None;
     }
 
     /// Starts the operator binary watching the test namespace (its log appends to

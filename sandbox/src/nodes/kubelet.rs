@@ -2,6 +2,7 @@
 //! starts them after a delay with a unique loopback IP, tracks readiness (through the supervisor
 //! health check for Habitat pods), and finishes graceful deletions, as a kubelet does.
 
+use super::habitat::{Supervisors, View};
 use super::supervisor::Hub;
 use crate::meta;
 use futures::StreamExt;
@@ -142,6 +143,9 @@ pub struct Kubelet {
 pub struct Planner {
     delay: Duration,
     hub: Option<Arc<Hub>>,
+    /// The real supervisors, when the Habitat pods run them: readiness comes from their probes,
+    /// restarts from their containers, and a deletion finishes once nothing of the pod runs.
+    real: Option<Arc<Supervisors>>,
     ips: IpPool,
     /// When each pod was first seen bound to the node.
     scheduled: HashMap<String, Instant>,
@@ -232,6 +236,12 @@ impl Kubelet {
         }
     }
 
+    /// A kubelet whose Habitat pods run the real supervisors of `real`.
+    pub fn with_real(mut self, real: Arc<Supervisors>) -> Self {
+        self.planner.real = Some(real);
+        self
+    }
+
     /// The kubelet's planning state.
     pub fn planner(&mut self) -> &mut Planner {
         &mut self.planner
@@ -267,6 +277,7 @@ impl Planner {
         Planner {
             delay,
             hub,
+            real: None,
             ips: IpPool::new(),
             scheduled: HashMap::new(),
             acted: HashMap::new(),
@@ -276,7 +287,19 @@ impl Planner {
         }
     }
 
+    /// The real container of a Habitat pod, when the pods run real supervisors.
+    fn real_view(&self, pod: &Pod) -> Option<View> {
+        let real = self.real.as_ref()?;
+        probes_supervisor(pod).then(|| {
+            real.view(pod.metadata.uid.as_deref().unwrap_or_default())
+                .unwrap_or_default()
+        })
+    }
+
     fn ready(&self, pod: &Pod) -> bool {
+        if let Some(view) = self.real_view(pod) {
+            return view.ready;
+        }
         match &self.hub {
             Some(h) if probes_supervisor(pod) => {
                 h.healthy(pod.metadata.uid.as_deref().unwrap_or_default())
@@ -301,6 +324,11 @@ impl Planner {
             return None;
         }
         if pod.metadata.deletion_timestamp.is_some() {
+            // A real container stops first (SIGTERM, then SIGKILL after the grace period).
+            if self.real.as_ref().is_some_and(|r| !r.stopped(uid)) {
+                self.waiting.insert(uid.to_string());
+                return None;
+            }
             return Some(Action::Delete);
         }
         if node.is_empty() {
@@ -324,7 +352,10 @@ impl Planner {
             }
             Some("Running") => {
                 let ready = self.ready(pod);
-                (pod_is_ready(pod) != ready).then_some(Action::SetReady(ready))
+                let restarted = self
+                    .real_view(pod)
+                    .is_some_and(|v| restart_count(pod) != v.restarts);
+                (pod_is_ready(pod) != ready || restarted).then_some(Action::SetReady(ready))
             }
             _ => None,
         }
@@ -338,7 +369,9 @@ impl Planner {
                     let ip = self.ips.allocate(&pod.uid().unwrap_or_default());
                     Some(self.started_status(pod, ip))
                 }
-                Action::SetReady(ready) => Some(readiness_status(pod, ready)),
+                Action::SetReady(ready) => {
+                    Some(readiness_status(pod, ready, self.real_view(pod).as_ref()))
+                }
                 _ => None,
             };
             work.push((pod.clone(), action, status));
@@ -511,14 +544,34 @@ fn object_ref(pod: &Value) -> Option<ObjectRef<Pod>> {
     })
 }
 
-/// The status of a running pod whose readiness became `ready`.
-fn readiness_status(pod: &Pod, ready: bool) -> Value {
+/// The restarts of a pod's `habitat-service` container, as its status says.
+fn restart_count(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == super::habitat::CONTAINER))
+        .map_or(0, |c| c.restart_count)
+}
+
+/// The status of a running pod whose readiness became `ready` (and, with a real container,
+/// whose restarts are those of `real`).
+fn readiness_status(pod: &Pod, ready: bool, real: Option<&View>) -> Value {
     let mut value = json!({"status": pod.status});
     set_condition(&mut value, "Ready", ready);
     set_condition(&mut value, "ContainersReady", ready);
     if let Some(cs) = value["status"]["containerStatuses"].as_array_mut() {
         for c in cs {
             c["ready"] = json!(ready);
+            if let Some(v) = real.filter(|_| c["name"] == super::habitat::CONTAINER) {
+                if c["restartCount"].as_i64() != Some(i64::from(v.restarts)) {
+                    c["restartCount"] = json!(v.restarts);
+                    c["state"] = json!({"running": {"startedAt": meta::now()}});
+                    if let Some(code) = v.last_exit {
+                        c["lastState"] = json!({"terminated": {"exitCode": code,
+                            "reason": "Error", "finishedAt": meta::now()}});
+                    }
+                }
+            }
         }
     }
     value["status"].take()

@@ -9,12 +9,13 @@
 //! Lease ([`mod@node`]), as a kubelet does. Only pods bound to [`kubelet::NODE_NAME`] (or
 //! not bound yet) are touched.
 
+pub mod habitat;
 pub mod kubelet;
 pub mod node;
 pub mod supervisor;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Volume};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -80,12 +81,16 @@ pub enum NodesError {
     /// The API server could not be asked.
     #[error("cannot list the API server's Nodes: {0}")]
     Api(#[from] kube::Error),
+    /// The real supervisors cannot run.
+    #[error(transparent)]
+    Real(#[from] habitat::RealError),
 }
 
 /// Running simulated nodes.
 pub struct Nodes {
     tasks: Vec<JoinHandle<()>>,
     hub: Option<Arc<supervisor::Hub>>,
+    real: Option<Arc<habitat::Supervisors>>,
 }
 
 impl std::fmt::Debug for Nodes {
@@ -418,6 +423,19 @@ impl Nodes {
     /// Checks that the API server has no Nodes, then starts the kubelet and (optionally) the
     /// supervisors against it.
     pub async fn start(client: Client, opts: Options) -> Result<Nodes, NodesError> {
+        Self::start_with(client, opts, None).await
+    }
+
+    /// Like [`Nodes::start`]; with `real`, the Habitat pods run real supervisors
+    /// ([`habitat`]) instead of simulated ones.
+    pub async fn start_with(
+        client: Client,
+        opts: Options,
+        real: Option<habitat::Config>,
+    ) -> Result<Nodes, NodesError> {
+        if let Some(cfg) = &real {
+            cfg.check()?;
+        }
         refuse_real_nodes(&client).await?;
         let heartbeat = node::register(&client).await?;
         let version = Arc::new(AtomicU64::new(0));
@@ -435,10 +453,45 @@ impl Nodes {
             notify.clone(),
             JsonMirror::tracking_changes(),
         );
-        let hub = opts
-            .simulate_supervisors
+        let hub = (opts.simulate_supervisors && real.is_none())
             .then(|| Arc::new(supervisor::Hub::default()));
+        let mut extra_tasks = Vec::new();
+        let real = match real {
+            Some(cfg) => {
+                let (secrets, writer) = reflector::store::<Secret>();
+                let stream = watcher(api::<Secret>(&client, ns), watcher::Config::default())
+                    .backoff(WatchBackoff::default())
+                    .reflect(writer);
+                let secret_version = version.clone();
+                let secret_notify = notify.clone();
+                extra_tasks.push(tokio::spawn(async move {
+                    futures::pin_mut!(stream);
+                    while let Some(event) = stream.next().await {
+                        if let Err(e) = event {
+                            tracing::debug!("simulated nodes: Secret watch error: {e}");
+                        }
+                        secret_version.fetch_add(1, Ordering::Relaxed);
+                        secret_notify.notify_one();
+                    }
+                }));
+                let watched = habitat::Watched {
+                    pods: pods.clone(),
+                    config_maps: config_maps.clone(),
+                    secrets,
+                };
+                Some(Arc::new(habitat::Supervisors::start(
+                    cfg,
+                    watched,
+                    notify.clone(),
+                )?))
+            }
+            None => None,
+        };
         let mut kubelet = kubelet::Kubelet::new(client, opts.pod_ready_delay, hub.clone());
+        if let Some(r) = &real {
+            kubelet = kubelet.with_real(r.clone());
+        }
+        let loop_real = real.clone();
         let loop_hub = hub.clone();
         let main = tokio::spawn(async move {
             let (Ok(()), Ok(())) = (
@@ -467,6 +520,9 @@ impl Nodes {
                     }
                     health_moved = hub.take_health_moved();
                 }
+                if let Some(real) = &loop_real {
+                    health_moved.extend(real.take_moved());
+                }
                 seen = Some(now);
                 let planner = kubelet.planner();
                 let planned = match &changed {
@@ -484,7 +540,8 @@ impl Nodes {
         });
         let mut tasks = vec![pod_task, cm_task, main];
         tasks.extend(heartbeat);
-        Ok(Nodes { tasks, hub })
+        tasks.extend(extra_tasks);
+        Ok(Nodes { tasks, hub, real })
     }
 
     /// Stops every task and closes every supervisor gateway.
@@ -497,6 +554,10 @@ impl Nodes {
         }
         if let Some(h) = self.hub {
             h.shutdown();
+        }
+        if let Some(real) = self.real {
+            // Waits for the supervisors to depart (a few seconds), off the async threads.
+            let _ = tokio::task::spawn_blocking(move || real.shutdown()).await;
         }
     }
 }

@@ -1,0 +1,517 @@
+//! The Habitat half against the real thing: the operator on the real control plane, its pods
+//! running the real Habitat supervisor (`sandbox --supervisors real`, binaries from
+//! `HABITAT_SUPERVISOR_BIN`). Each scenario runs once, at the smallest size that shows the
+//! behaviour; timeouts are sized for the real gossip (a ring of 3 elects in about 10 s, a
+//! failover after SIGKILL takes 16 to 22 s).
+
+#[macro_use]
+mod support;
+
+use std::time::Duration;
+
+use habitat_operator::api::Habitat;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use support::supervisors::{census, election, session_pids, States};
+use support::{wait_for, Env, Ground};
+
+/// Time for a group to form, elect and pass its readiness probes.
+const FORM: Duration = Duration::from_secs(120);
+/// Time for a failover after SIGKILL (16 to 22 s measured) and its publication.
+const FAILOVER: Duration = Duration::from_secs(90);
+
+fn leader_label(p: &Pod) -> bool {
+    p.labels()
+        .get("habitat.sh/leader")
+        .is_some_and(|v| v == "true")
+}
+
+async fn start(test: &str) -> Option<(Env, States)> {
+    if !support::have_kubectl() {
+        assert!(
+            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+            "kubectl is required but not installed"
+        );
+        eprintln!("skipped: kubectl is not installed");
+        return None;
+    }
+    let env = Env::start_real_supervisors(Ground::Real, test, true).await?;
+    let states = env.supervisors.clone().expect("real supervisors' states");
+    Some((env, states))
+}
+
+/// Every member's own census for `service_group`: (pod, leader id, alive ids).
+fn censuses(
+    states: &States,
+    pods: &[String],
+    sg: &str,
+) -> Vec<(String, Option<String>, Vec<String>)> {
+    pods.iter()
+        .filter_map(|p| {
+            let c = states.container(p)?;
+            let (leader, alive) = election(&census(&c.ip)?, sg);
+            Some((p.clone(), leader, alive))
+        })
+        .collect()
+}
+
+/// What the operator and every member see now, for a failure's message.
+async fn diagnose(env: &Env, states: &States, habitat: &str, sg: &str) -> String {
+    let status = env
+        .habitats()
+        .get(habitat)
+        .await
+        .ok()
+        .and_then(|h| h.status)
+        .map(|s| serde_json::to_string(&s).unwrap_or_default());
+    let mut out = format!("status: {status:?}\n");
+    for p in env.pods(habitat).await {
+        let name = p.name_any();
+        let c = states.container(&name);
+        let census = c.as_ref().and_then(|c| census(&c.ip));
+        let g = census.as_ref().map(|c| {
+            let g = &c["census_groups"][sg];
+            let pop: Vec<String> = g["population"]
+                .as_object()
+                .map(|m| {
+                    m.values()
+                        .map(|v| {
+                            format!(
+                                "{}@{} alive={} suspect={} confirmed={} departed={}",
+                                v["member_id"],
+                                v["sys"]["ip"],
+                                v["alive"],
+                                v["suspect"],
+                                v["confirmed"],
+                                v["departed"]
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "me={} election={} leader={} population={pop:?}",
+                c["local_member_id"], g["election_status"], g["leader_id"]
+            )
+        });
+        out.push_str(&format!(
+            "{name} labels={:?} container={:?}\n  census: {g:?}\n",
+            p.labels(),
+            c.map(|c| (c.ip, c.incarnation, c.session))
+        ));
+    }
+    out.push_str(&format!(
+        "nodes log tail:\n{}\noperator log tail:\n{}",
+        support::tail(&env.nodes_log(), 20),
+        support::tail(&env.operator_log(), 30)
+    ));
+    out
+}
+
+/// Stops the nodes and checks that no process of any container is left.
+fn stop_and_check_no_process_left(env: &mut Env, states: &States) {
+    let sessions = states.sessions();
+    assert!(!sessions.is_empty(), "containers ran");
+    env.stop_real_supervisors();
+    let left: Vec<i32> = sessions.iter().flat_map(|s| session_pids(*s)).collect();
+    assert!(
+        left.is_empty(),
+        "processes left after the nodes stopped: {left:?}"
+    );
+}
+
+/// (a) A leader group of 3 forms a real ring, elects, and the operator publishes what the real
+/// census says: the leader (status and the pod label), every member with its id and package,
+/// and the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_group_publishes_the_real_census() {
+    let Some((mut env, states)) = start("real-leader").await else {
+        return;
+    };
+    env.apply_example("leader");
+    let h: Habitat = env.wait_phase("example-leader", "Ready", FORM).await;
+    let pods: Vec<String> = (0..3).map(|i| format!("example-leader-{i}")).collect();
+    let sg = "redis.default";
+    // The members agree on one leader, seen by every member's own census.
+    let mut agreed = None;
+    wait_for(
+        FORM,
+        "the three members' censuses agree on a leader",
+        || {
+            let seen = censuses(&states, &pods, sg);
+            let leaders: std::collections::BTreeSet<Option<String>> =
+                seen.iter().map(|(_, l, _)| l.clone()).collect();
+            let ok = seen.len() == 3
+                && leaders.len() == 1
+                && leaders.iter().all(Option::is_some)
+                && seen.iter().all(|(_, _, alive)| alive.len() == 3);
+            if ok {
+                agreed = seen.first().and_then(|(_, l, _)| l.clone());
+            }
+            async move { ok }
+        },
+    )
+    .await;
+    let leader_id = agreed.expect("an agreed leader");
+    let status = h.status.clone().expect("a status");
+    let leader_pod = status.leader.clone().expect("a published leader");
+    let leader_container = states
+        .container(&leader_pod)
+        .expect("the leader's container");
+    let (_, members) = election(&census(&leader_container.ip).expect("a census"), sg);
+    assert_eq!(members.len(), 3);
+    // The published members are the real ones: ids from the census, the leader's pod.
+    wait_for(FORM, "status.members to be the census's members", || {
+        let api = env.habitats();
+        let (leader_id, members) = (leader_id.clone(), members.clone());
+        let leader_pod = leader_pod.clone();
+        async move {
+            let Ok(h) = api.get("example-leader").await else {
+                return false;
+            };
+            let st = h.status.unwrap_or_default();
+            let mut ids: Vec<String> = st
+                .members
+                .iter()
+                .filter(|m| m.alive)
+                .map(|m| m.member_id.clone())
+                .collect();
+            ids.sort();
+            let mut want = members;
+            want.sort();
+            let leader = st.members.iter().find(|m| m.leader);
+            ids == want
+                && leader.is_some_and(|m| {
+                    m.member_id == leader_id && m.pod.as_deref() == Some(&leader_pod)
+                })
+                && st.leader.as_deref() == Some(&leader_pod)
+        }
+    })
+    .await;
+    let h = env
+        .habitats()
+        .get("example-leader")
+        .await
+        .expect("the Habitat");
+    let st = h.status.unwrap_or_default();
+    let package = &leader_container.package;
+    assert!(
+        st.members.iter().all(|m| &m.package == package),
+        "{:?} run {package}",
+        st.members
+    );
+    let release = package.splitn(3, '/').nth(2).expect("version/release");
+    assert_eq!(st.release.as_deref(), Some(release));
+    let labelled: Vec<String> = env
+        .pods("example-leader")
+        .await
+        .iter()
+        .filter(|p| leader_label(p))
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(labelled, vec![leader_pod.clone()]);
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// The group as every member's own census shows it, when all agree: every member alive in
+/// each census, one finished election, the same leader. None otherwise.
+fn whole_group(states: &States, pods: &[String], sg: &str) -> Option<String> {
+    let seen = censuses(states, pods, sg);
+    let leaders: std::collections::BTreeSet<Option<String>> =
+        seen.iter().map(|(_, l, _)| l.clone()).collect();
+    let whole = seen.len() == pods.len()
+        && leaders.len() == 1
+        && seen.iter().all(|(_, _, alive)| alive.len() == pods.len());
+    whole
+        .then(|| leaders.into_iter().next().flatten())
+        .flatten()
+}
+
+/// (b) A crash of the leader's pod: SIGKILL of its whole process tree (it does not depart).
+/// The kubelet restarts the container (restartCount 1) with a fresh filesystem at once, on the
+/// same pod IP. Expected then: the group serves again as one, whoever leads (the survivors
+/// fail over, 16 to 22 s of real gossip, or the restarted member rejoins): every member's own
+/// census lists all three alive and the same finished election, the operator publishes that
+/// leader (status, label, members) and every pod is Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_pod_restarts_and_the_group_serves_again() {
+    let Some((mut env, states)) = start("real-failover").await else {
+        return;
+    };
+    env.apply_example("leader");
+    let h = env.wait_phase("example-leader", "Ready", FORM).await;
+    let old = h.status.and_then(|s| s.leader).expect("a published leader");
+    let pods: Vec<String> = (0..3).map(|i| format!("example-leader-{i}")).collect();
+    let sg = "redis.default";
+    let crashed = states.crash(&old);
+    let began = std::time::Instant::now();
+    // The kubelet's part: the container starts again, from a fresh filesystem.
+    let restarted = states
+        .wait_container(&old, FAILOVER, "is a new incarnation", |c| {
+            c.incarnation > crashed.incarnation
+        })
+        .await;
+    assert_ne!(restarted.fs_root, crashed.fs_root, "a fresh filesystem");
+    assert!(
+        !crashed.fs_root.exists(),
+        "the crashed container's filesystem is gone"
+    );
+    wait_for(FAILOVER, "the crashed pod's restartCount", || {
+        let api = env.api::<Pod>();
+        let old = old.clone();
+        async move {
+            api.get(&old).await.ok().is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.container_statuses)
+                    .is_some_and(|cs| cs.iter().any(|c| c.restart_count == 1))
+            })
+        }
+    })
+    .await;
+    // The group's part: whole again, and published as it is.
+    loop {
+        if let Some(leader_id) = whole_group(&states, &pods, sg) {
+            let h = env.habitats().get("example-leader").await.ok();
+            let st = h.and_then(|h| h.status).unwrap_or_default();
+            let leader = st.members.iter().find(|m| m.leader);
+            let published = leader
+                .is_some_and(|m| m.member_id == leader_id && m.pod.is_some() && m.pod == st.leader);
+            let labelled: Vec<String> = env
+                .pods("example-leader")
+                .await
+                .iter()
+                .filter(|p| leader_label(p))
+                .map(|p| p.name_any())
+                .collect();
+            if published && st.leader.iter().eq(labelled.iter()) && st.ready_replicas == 3 {
+                eprintln!(
+                    "the group serves again {:.1}s after SIGKILL of the leader {old}; {} leads",
+                    began.elapsed().as_secs_f64(),
+                    st.leader.unwrap_or_default()
+                );
+                break;
+            }
+        }
+        if began.elapsed() > FAILOVER {
+            panic!(
+                "the group does not serve as one {FAILOVER:?} after SIGKILL of the leader {old}:\n{}",
+                diagnose(&env, &states, "example-leader", sg).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// The text of `file` under `pod`'s container root, "" when missing.
+fn read_in(states: &States, pod: &str, file: &str) -> String {
+    states
+        .container(pod)
+        .and_then(|c| std::fs::read_to_string(c.fs_root.join(file)).ok())
+        .unwrap_or_default()
+}
+
+/// (c) A standalone Habitat with `spec.service.configSecretName`: the Secret's user.toml is in
+/// the service's rendered config, and a change of the Secret reaches it (through the volume's
+/// `..data` swap and the supervisor's user.toml watcher) without a pod or container restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_toml_change_reaches_the_service_without_a_restart() {
+    let Some((mut env, states)) = start("real-user-toml").await else {
+        return;
+    };
+    env.apply_example("config");
+    env.wait_phase("example-config", "Ready", FORM).await;
+    let pod = "example-config-0";
+    let rendered = "hab/svc/redis/config/service.toml";
+    wait_for(FORM, "user.toml's port in the rendered config", || {
+        let ok = read_in(&states, pod, rendered).contains("port = 6380");
+        async move { ok }
+    })
+    .await;
+    let before = states.container(pod).expect("a running container");
+    let uid = env.api::<Pod>().get(pod).await.expect("the pod").uid();
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: example-config-user-toml\n\
+         type: Opaque\nstringData:\n  user.toml: |\n    port = 6390\n",
+    );
+    let began = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(60),
+        "the new port in the rendered config",
+        || {
+            let ok = read_in(&states, pod, rendered).contains("port = 6390");
+            async move { ok }
+        },
+    )
+    .await;
+    eprintln!(
+        "the Secret's change was rendered {:.1}s after it was applied",
+        began.elapsed().as_secs_f64()
+    );
+    let after = states.container(pod).expect("a running container");
+    assert_eq!(
+        (after.incarnation, after.session),
+        (before.incarnation, before.session),
+        "the container was not restarted"
+    );
+    let now = env.api::<Pod>().get(pod).await.expect("the pod").uid();
+    assert_eq!(now, uid, "the pod was not replaced");
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// (d) A generated ring key: the operator makes the key Secret, each supervisor runs with
+/// `--ring` and the key in its cache, and the members gossip as one encrypted ring (each one's
+/// census lists both alive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_with_a_generated_ring_key_form_a_ring() {
+    let Some((mut env, states)) = start("real-ring").await else {
+        return;
+    };
+    env.apply_yaml(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: ringed}\nspec:\n  \
+         image: kinvolk/redis-hab\n  count: 2\n  service:\n    name: redis\n    \
+         ring: {name: test-ring}\n",
+    );
+    env.wait_phase("ringed", "Ready", FORM).await;
+    let pods = ["ringed-0", "ringed-1"];
+    for pod in pods {
+        let c = states.container(pod).expect("a running container");
+        let keys: Vec<String> = std::fs::read_dir(c.fs_root.join("hab/cache/keys"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            keys.iter()
+                .any(|k| k.starts_with("test-ring-") && k.ends_with(".sym.key")),
+            "{pod}: the ring key in the cache: {keys:?}"
+        );
+    }
+    let began = std::time::Instant::now();
+    loop {
+        let both = pods.iter().all(|pod| {
+            states
+                .container(pod)
+                .and_then(|c| census(&c.ip))
+                .is_some_and(|c| election(&c, "redis.default").1.len() == 2)
+        });
+        if both {
+            break;
+        }
+        if began.elapsed() > FORM {
+            panic!(
+                "the members of ring test-ring do not gossip as one ring:\n{}",
+                diagnose(&env, &states, "ringed", "redis.default").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// Whether `pod` is Ready, as its status says.
+async fn pod_ready(env: &Env, pod: &str) -> bool {
+    env.api::<Pod>().get(pod).await.ok().is_some_and(|p| {
+        p.status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+}
+
+/// Inside one pod, on the sandbox with real supervisors: a health check turned critical makes
+/// the pod not Ready through its readiness probe (the supervisor's health endpoint), and Ready
+/// again once it passes. `hab-sup` killed alone (SIGKILL): the real launcher (2.1.78) does not
+/// restart it but shuts everything down and exits ("Supervisor process killed by signal 9"),
+/// so the container ends and the kubelet restarts it (restartCount 1, a fresh filesystem), and
+/// the pod is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() {
+    require_kubectl!();
+    let Some((mut env, states)) = Env::start_real_supervisors(Ground::Sandbox, "real-health", true)
+        .await
+        .map(|env| {
+            let states = env.supervisors.clone().expect("real supervisors' states");
+            (env, states)
+        })
+    else {
+        return;
+    };
+    env.apply_example("standalone");
+    let h = env.wait_phase("example-standalone", "Ready", FORM).await;
+    let pod = format!("{}-0", h.name_any());
+    let before = states.container(&pod).expect("a running container");
+    // The supervisor runs the health check every 30 s by default; the probe every 5 s.
+    let health = Duration::from_secs(75);
+    states.set_unhealthy(&pod, true);
+    wait_for(health, "the pod not Ready while unhealthy", || {
+        let env = &env;
+        let pod = pod.clone();
+        async move { !pod_ready(env, &pod).await }
+    })
+    .await;
+    states.set_unhealthy(&pod, false);
+    wait_for(health, "the pod Ready again once healthy", || {
+        let env = &env;
+        let pod = pod.clone();
+        async move { pod_ready(env, &pod).await }
+    })
+    .await;
+    states.kill_sup(&pod);
+    let after = states
+        .wait_container(&pod, FORM, "is a new incarnation", |c| {
+            c.incarnation > before.incarnation
+        })
+        .await;
+    assert_ne!(after.fs_root, before.fs_root, "a fresh filesystem");
+    wait_for(FORM, "the pod Ready again, restarted once", || {
+        let api = env.api::<Pod>();
+        let env = &env;
+        let pod = pod.clone();
+        async move {
+            let restarts = api
+                .get(&pod)
+                .await
+                .ok()
+                .and_then(|p| p.status)
+                .and_then(|s| s.container_statuses)
+                .map(|cs| cs.iter().map(|c| c.restart_count).sum::<i32>());
+            restarts == Some(1) && pod_ready(env, &pod).await
+        }
+    })
+    .await;
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// (e) Binds between two Habitats: the consumer's supervisor (`--bind db:postgresql.default`)
+/// gossips with the producer's (the operator's peer file joins them) and starts its service
+/// once the bound group is there: both Ready, and the consumer's census holds the producer's
+/// group with its member alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_habitat_sees_the_group_it_binds_to() {
+    let Some((mut env, states)) = start("real-bind").await else {
+        return;
+    };
+    env.apply_example("bind");
+    env.wait_phase("example-bind-db", "Ready", FORM).await;
+    env.wait_phase("example-bind-web", "Ready", FORM).await;
+    let began = std::time::Instant::now();
+    loop {
+        let seen = states
+            .container("example-bind-web-0")
+            .and_then(|c| census(&c.ip))
+            .is_some_and(|c| election(&c, "postgresql.default").1.len() == 1);
+        if seen {
+            break;
+        }
+        if began.elapsed() > FORM {
+            panic!(
+                "the consumer's census lacks the bound group:\n{}",
+                diagnose(&env, &states, "example-bind-web", "postgresql.default").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop_and_check_no_process_left(&mut env, &states);
+}
