@@ -11,10 +11,12 @@
 //! - **failover**: when the leader's pod was killed, until the other members agree on another
 //!   leader;
 //! - **departed**: until the operator's `MemberDeparted` Event names the dead member id;
-//! - **window**: the longest stretch without a finished election, from the first sample in
-//!   which a running pod's census reports anything but `ElectionFinished` (or none answers) to
-//!   the next sample in which every one reports it; with the most members counted for quorum
-//!   (not departed) in any census.
+//! - **no election**: the longest stretch without a finished election, from the first sample
+//!   in which a running pod's census reports anything but `ElectionFinished` (or none answers)
+//!   to the next sample in which every one reports it;
+//! - **no running leader**: the same, where a finished election also names a member that
+//!   answers (after a crash the survivors keep naming the dead leader until gossip suspects it);
+//! - **most counted**: the most members counted for quorum (not departed) in one census.
 //!
 //! Each scenario runs once, at the smallest size that shows it; timeouts are sized for the real
 //! gossip (a member joins in about 4 s, a failover after SIGKILL takes 16 to 22 s).
@@ -69,6 +71,10 @@ async fn start(test: &str) -> Option<(Env, States)> {
 #[derive(Debug, Clone)]
 struct Seen {
     status: String,
+    /// The answering member's id.
+    me: String,
+    /// The leader, when the election is finished.
+    leader: Option<String>,
     /// Members not departed: those that count for quorum.
     counted: usize,
 }
@@ -84,8 +90,14 @@ fn seen_at(ip: &str) -> Option<Seen> {
         .as_object()
         .map(|p| p.values().filter(|m| m["departed"] != true).count())
         .unwrap_or(0);
+    let status = g["election_status"].as_str()?.to_string();
+    let leader = (status == "ElectionFinished")
+        .then(|| g["leader_id"].as_str().map(String::from))
+        .flatten();
     Some(Seen {
-        status: g["election_status"].as_str()?.to_string(),
+        status,
+        me: c["local_member_id"].as_str()?.to_string(),
+        leader,
         counted,
     })
 }
@@ -132,34 +144,64 @@ impl Sampler {
         Sampler { samples, task }
     }
 
-    /// The longest window without a finished election among the samples taken from `from` on,
-    /// the number of those samples, and the most members counted for quorum in one census.
-    fn window(&self, from: Instant) -> (Duration, usize, usize) {
+    /// Among the samples taken from `from` on: the longest window without a finished
+    /// election, the longest without a running leader (every answering census finished and
+    /// naming a member that answers: a census still naming a dead leader is no leader), the
+    /// number of those samples, and the most members counted for quorum in one census.
+    fn window(&self, from: Instant) -> Windows {
         let samples = self.samples.lock().expect("lock");
         let samples: Vec<&Sample> = samples.iter().filter(|(t, _)| *t >= from).collect();
-        let mut longest = Duration::ZERO;
-        let mut since: Option<Instant> = None;
-        for (t, seen) in &samples {
-            let finished = !seen.is_empty() && seen.iter().all(|s| s.status == "ElectionFinished");
-            match (finished, since) {
-                (false, None) => since = Some(*t),
-                (true, Some(s)) => {
-                    longest = longest.max(*t - s);
-                    since = None;
-                }
-                _ => {}
-            }
-        }
-        if let (Some(s), Some((t, _))) = (since, samples.last()) {
-            longest = longest.max(*t - s);
-        }
+        let finished =
+            |seen: &[Seen]| !seen.is_empty() && seen.iter().all(|s| s.status == "ElectionFinished");
+        let led = |seen: &[Seen]| {
+            finished(seen)
+                && seen.iter().all(|s| {
+                    s.leader
+                        .as_ref()
+                        .is_some_and(|l| seen.iter().any(|o| &o.me == l))
+                })
+        };
         let counted = samples
             .iter()
             .flat_map(|(_, s)| s.iter().map(|x| x.counted))
             .max()
             .unwrap_or(0);
-        (longest, samples.len(), counted)
+        Windows {
+            no_election: longest(&samples, finished),
+            no_leader: longest(&samples, led),
+            samples: samples.len(),
+            counted,
+        }
     }
+}
+
+/// What [`Sampler::window`] measured.
+struct Windows {
+    no_election: Duration,
+    no_leader: Duration,
+    samples: usize,
+    counted: usize,
+}
+
+/// The longest stretch of `samples` in which `ok` does not hold: from the first sample where
+/// it fails to the next where it holds (or the last sample).
+fn longest(samples: &[&Sample], ok: impl Fn(&[Seen]) -> bool) -> Duration {
+    let mut longest = Duration::ZERO;
+    let mut since: Option<Instant> = None;
+    for (t, seen) in samples {
+        match (ok(seen), since) {
+            (false, None) => since = Some(*t),
+            (true, Some(s)) => {
+                longest = longest.max(*t - s);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let (Some(s), Some((t, _))) = (since, samples.last()) {
+        longest = longest.max(*t - s);
+    }
+    longest
 }
 
 /// One line of a test's table.
@@ -169,9 +211,7 @@ struct Row {
     failover: Option<Duration>,
     departed: Option<Duration>,
     ready: Duration,
-    window: Duration,
-    samples: usize,
-    counted: usize,
+    windows: Windows,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -182,20 +222,21 @@ fn secs(d: Option<Duration>) -> String {
 fn print_table(test: &str, rows: &[Row]) {
     let mut out = format!(
         "\nreal supervisors, {test} (seconds from the change; window = longest without ElectionFinished)\n\
-         | scenario | serve again | failover | dead id departed | Habitat Ready | window | samples | most counted |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         | scenario | serve again | failover | dead id departed | Habitat Ready | no election | no running leader | samples | most counted |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |\n",
             r.what,
             secs(r.serve),
             secs(r.failover),
             secs(r.departed),
             r.ready.as_secs_f64(),
-            r.window.as_secs_f64(),
-            r.samples,
-            r.counted
+            r.windows.no_election.as_secs_f64(),
+            r.windows.no_leader.as_secs_f64(),
+            r.windows.samples,
+            r.windows.counted
         ));
     }
     eprintln!("{out}");
@@ -447,24 +488,24 @@ async fn kill_and_serve_again(
     let serve = serve.expect("checked");
     // Whatever the death set off has time to show in the windows.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (window, samples, counted) = sampler.window(began);
+    let windows = sampler.window(began);
+    eprintln!(
+        "{what}: serves again {:.1}s, departed {}s, Ready {:.1}s, no election {:.1}s, \
+         no running leader {:.1}s",
+        serve.as_secs_f64(),
+        secs(departed),
+        ready.unwrap_or_default().as_secs_f64(),
+        windows.no_election.as_secs_f64(),
+        windows.no_leader.as_secs_f64()
+    );
     let row = Row {
         what: what.to_string(),
         serve: Some(serve),
         failover,
         departed,
         ready: ready.expect("checked"),
-        window,
-        samples,
-        counted,
+        windows,
     };
-    eprintln!(
-        "{what}: serves again {:.1}s, departed {}s, Ready {:.1}s, window {:.1}s",
-        serve.as_secs_f64(),
-        secs(departed),
-        row.ready.as_secs_f64(),
-        window.as_secs_f64()
-    );
     if was_leader {
         assert!(failover.is_some(), "{what}: the survivors elected a leader");
     }
@@ -611,27 +652,38 @@ async fn change_and_measure(
     }
     let ready = began.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (window, samples, counted) = sampler.window(began);
+    let w = sampler.window(began);
     eprintln!(
-        "{what}: done {:.1}s, window {:.1}s over {samples} samples, at most {counted} counted",
+        "{what}: done {:.1}s, no election {:.1}s, no running leader {:.1}s over {} samples, \
+         at most {} counted",
         ready.as_secs_f64(),
-        window.as_secs_f64()
+        w.no_election.as_secs_f64(),
+        w.no_leader.as_secs_f64(),
+        w.samples,
+        w.counted
     );
-    assert!(samples >= 20, "{what}: too few census samples: {samples}");
     assert!(
-        window <= WINDOW_BOUND,
-        "{what}: {:.1}s without a finished election (bound {WINDOW_BOUND:?})",
-        window.as_secs_f64()
+        w.samples >= 20,
+        "{what}: too few census samples: {}",
+        w.samples
     );
+    for (window, without) in [
+        (w.no_election, "a finished election"),
+        (w.no_leader, "a running leader"),
+    ] {
+        assert!(
+            window <= WINDOW_BOUND,
+            "{what}: {:.1}s without {without} (bound {WINDOW_BOUND:?})",
+            window.as_secs_f64()
+        );
+    }
     Row {
         what: what.to_string(),
         serve: None,
         failover: None,
         departed: None,
         ready,
-        window,
-        samples,
-        counted,
+        windows: w,
     }
 }
 
