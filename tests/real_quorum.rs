@@ -31,7 +31,7 @@ use habitat_operator::api::Habitat;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use support::supervisors::{census, election, session_pids, Container, States};
-use support::{Env, Ground};
+use support::{wait_for, Env, Ground};
 
 /// Time for a group to form, elect and pass its readiness probes.
 const FORM: Duration = Duration::from_secs(150);
@@ -750,5 +750,123 @@ async fn quorum_through_an_image_update_of_five_and_a_scale_down_to_three() {
         .await,
     );
     print_table("a group of 5", &rows);
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
+/// The alive members of `sg` in the census of `pod`'s member, None when it does not answer.
+fn alive_in(states: &States, pod: &str, sg: &str) -> Option<usize> {
+    let c = census(&states.container(pod)?.ip)?;
+    Some(election(&c, sg).1.len())
+}
+
+/// (4) A member with another ring key stays out. Two consumers bind to one producer (the
+/// operator puts the producer's address in their peer files): the one on the producer's ring
+/// joins it (each census shows the other's group), the one with another ring's key, gossiping
+/// to the same address all along, never appears in the producer's census nor the producer in
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_another_ring_key_stays_out() {
+    let Some((mut env, states)) = start("realq-ring").await else {
+        return;
+    };
+    let habitat = |name: &str, image: &str, service: &str, group: &str, ring: &str, bind: &str| {
+        format!(
+            "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: {name}}}\nspec:\n  \
+             image: {image}\n  count: 1\n  service:\n    name: {service}\n    group: {group}\n    \
+             ring: {{name: {ring}}}\n{bind}"
+        )
+    };
+    let bind = "    bind:\n      - {name: db, service: postgresql, group: default}\n";
+    env.apply_yaml(&habitat(
+        "db",
+        "kinvolk/postgresql-hab",
+        "postgresql",
+        "default",
+        "ring-a",
+        "",
+    ));
+    env.wait_phase("db", "Ready", FORM).await;
+    env.apply_yaml(&habitat(
+        "same",
+        "kinvolk/bindgo-hab",
+        "go-app",
+        "same",
+        "ring-a",
+        bind,
+    ));
+    env.apply_yaml(&habitat(
+        "other",
+        "kinvolk/bindgo-hab",
+        "go-app",
+        "other",
+        "ring-b",
+        bind,
+    ));
+    let began = Instant::now();
+    // The control: the consumer on the producer's ring joins it.
+    loop {
+        let joined = alive_in(&states, "same-0", "postgresql.default") == Some(1)
+            && alive_in(&states, "db-0", "go-app.same") == Some(1);
+        if joined {
+            break;
+        }
+        if began.elapsed() > FORM {
+            panic!(
+                "the consumer on the producer's ring did not join it:\n{}",
+                diagnose(&env, &states, "same").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let joined = began.elapsed();
+    // The other ring's member has gossiped to the producer's address at least as long.
+    states
+        .wait_container("other-0", FORM, "runs", |_| true)
+        .await;
+    // It gossips to the producer's address: the peer file in its root names it.
+    let db_ip = states
+        .container("db-0")
+        .expect("the producer's container")
+        .ip;
+    wait_for(
+        FORM,
+        "the producer's address in the other ring's peer file",
+        || {
+            let peers = states
+                .container("other-0")
+                .and_then(|c| {
+                    std::fs::read_to_string(c.fs_root.join("habitat-operator/peer/peer-ip")).ok()
+                })
+                .unwrap_or_default();
+            let ok = peers.lines().any(|l| l.trim() == db_ip);
+            async move { ok }
+        },
+    )
+    .await;
+    let other_up = Instant::now();
+    while other_up.elapsed() < joined.max(Duration::from_secs(15)) {
+        assert_eq!(
+            alive_in(&states, "db-0", "go-app.other").unwrap_or(0),
+            0,
+            "the member with another ring key is in the producer's census"
+        );
+        assert_eq!(
+            alive_in(&states, "other-0", "postgresql.default").unwrap_or(0),
+            0,
+            "the producer is in the census of the member with another ring key"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        alive_in(&states, "other-0", "go-app.other").is_some(),
+        "the member with another ring key answers its census:\n{}",
+        diagnose(&env, &states, "other").await
+    );
+    eprintln!(
+        "ring: the consumer on the producer's ring joined in {:.1}s; the one with another key \
+         stayed out for {:.1}s",
+        joined.as_secs_f64(),
+        other_up.elapsed().as_secs_f64()
+    );
     stop_and_check_no_process_left(&mut env, &states);
 }
