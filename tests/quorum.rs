@@ -290,7 +290,8 @@ fn group_at(agent: &ureq::Agent, ip: &str) -> Option<(Vec<String>, Option<String
 }
 
 /// Whether every running pod of `name` serves as one group of `size`: each one's own census
-/// lists exactly the running members alive and the same finished election, led by one of them.
+/// lists exactly the running members alive and the same finished election, led by one of them,
+/// and its service's process is up.
 async fn whole_group(env: &Env, agent: &ureq::Agent, name: &str, size: usize) -> bool {
     let ips: Vec<String> = env
         .pods(name)
@@ -320,7 +321,35 @@ async fn whole_group(env: &Env, agent: &ureq::Agent, name: &str, size: usize) ->
         alive.iter().collect::<std::collections::BTreeSet<_>>() == live
             && leader.as_ref().is_some_and(|l| live.contains(l))
             && *leader == groups[0].1
+    }) && processes_up(agent, &ips_of(env, name).await).await
+}
+
+/// The running pods' IPs.
+async fn ips_of(env: &Env, name: &str) -> Vec<String> {
+    env.pods(name)
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.and_then(|s| s.pod_ip))
+        .collect()
+}
+
+/// Whether the service's process is up on every supervisor at `ips`
+/// (`/services/redis/default`, `process.state`, as on the real gateway).
+async fn processes_up(agent: &ureq::Agent, ips: &[String]) -> bool {
+    let (a, ips) = (agent.clone(), ips.to_vec());
+    tokio::task::spawn_blocking(move || {
+        ips.iter().all(|ip| {
+            a.get(&format!("http://{ip}:9631/services/redis/default"))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .is_some_and(|d| d["process"]["state"] == "up")
+        })
     })
+    .await
+    .unwrap_or(false)
 }
 
 /// A crash of a follower's (or the leader's) pod, then the group whole again with the dead
