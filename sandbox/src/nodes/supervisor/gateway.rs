@@ -1,4 +1,5 @@
-//! The supervisor HTTP gateway on `<podIP>:9631`: `/census`, `/services`, health checks.
+//! The supervisor HTTP gateway on `<podIP>:9631`: `/census`, `/services`, one service
+//! (`/services/SVC/GROUP`, with its process's state), health checks.
 
 use super::{Hub, GATEWAY_PORT};
 use axum::extract::{Path, State};
@@ -38,6 +39,29 @@ async fn health(
         )
             .into_response()
     }
+}
+
+/// One service, as the real gateway shows it: its process `up` once its hooks ran (for a leader
+/// group, once an election finished) while its supervisor is alive, `down` before.
+async fn service(
+    State((hub, uid)): State<Ctx>,
+    Path((svc, group)): Path<(String, String)>,
+) -> Response {
+    let sg = format!("{svc}.{group}");
+    let Some(c) = hub.census(&uid) else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let g = &c["census_groups"][&sg];
+    if g.is_null() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let up = hub.healthy(&uid);
+    Json(
+        json!({"service_group": sg, "desired_state": "Up", "initialized": up,
+        "last_election_status": g["election_status"],
+        "process": {"pid": null, "state": if up { "up" } else { "down" }}}),
+    )
+    .into_response()
 }
 
 async fn services(State((hub, uid)): State<Ctx>) -> Response {
@@ -81,6 +105,7 @@ async fn http(hub: Arc<Hub>, uid: String, ip: String) {
         let app = Router::new()
             .route("/census", get(census))
             .route("/services", get(services))
+            .route("/services/{svc}/{group}", get(service))
             .route("/services/{svc}/{group}/health", get(health))
             .with_state((hub, uid));
         if let Err(e) = axum::serve(listener, app).await {

@@ -176,6 +176,11 @@ pub struct Member {
     /// Restarted with its saved data: until this instant its own census reports the election
     /// it saw before it stopped (status, leader), as the real one does for about a second.
     pub stale_election: Option<(Instant, Election, Option<String>)>,
+    /// The ring key it encrypts its gossip with (`--ring NAME`), None in the clear. Members
+    /// with different keys cannot read each other's gossip, so they never reach each other,
+    /// whatever addresses they know (measured with the real supervisor: a consumer bound to a
+    /// producer of another ring never joins it, `tests/real_quorum.rs`).
+    pub gossip_key: Option<String>,
 }
 
 impl Member {
@@ -362,6 +367,7 @@ pub fn member_for(pod: &Value) -> Option<Member> {
         cut_off: false,
         listed_ip: None,
         stale_election: None,
+        gossip_key: arg(c, "--ring"),
     })
 }
 

@@ -263,7 +263,7 @@ impl Sets {
 
 /// Re-derives the rings of the alive members connected to `touched` (members whose links may
 /// have changed): through a shared ring key, or an address one of them knows, in either
-/// direction. Members already in a ring stay there, and others join through the addresses they
+/// direction, when both encrypt their gossip with the same key (`--ring`) or neither does. Members already in a ring stay there, and others join through the addresses they
 /// know. A ring keeps the key most of its members already have, so joins and deaths do not
 /// restart its elections, and no two rings share a key; dead members keep their last ring.
 /// Returns the members whose ring changed, each with its previous ring key.
@@ -295,7 +295,11 @@ pub(super) fn merge(
             continue;
         };
         for other in links.neighbours(m) {
-            if !alive(other) {
+            // Another ring key (or none against one): neither can read the other's gossip.
+            let same_key = members
+                .get(other)
+                .is_some_and(|o| o.gossip_key == m.gossip_key);
+            if !alive(other) || !same_key {
                 continue;
             }
             let j = match pos.get(other) {

@@ -28,6 +28,7 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         cut_off: false,
         listed_ip: None,
         stale_election: None,
+        gossip_key: None,
     }
 }
 
@@ -498,6 +499,38 @@ fn ringless(links: &mut rings::Links, list: &[(&str, &str, &str)]) -> HashMap<St
         members.insert(id.to_string(), m);
     }
     members
+}
+
+/// A member with another ring key never reaches the members its peer file names, nor they it
+/// (the real supervisor: `tests/real_quorum.rs`, a member with another ring key stays out);
+/// one with the same key does.
+#[test]
+fn a_member_with_another_ring_key_stays_out_of_the_ring_it_knows() {
+    let mut links = rings::Links::default();
+    let cm = peer_cm("x-peer", "127.1.0.2");
+    links.set_config_map(meta::uid_of(&cm), Some(&cm));
+    let mut members = ringless(
+        &mut links,
+        &[
+            ("a", "127.1.0.2", "x-peer"),
+            ("b", "127.1.0.3", "x-peer"),
+            ("c", "127.1.0.4", "x-peer"),
+        ],
+    );
+    for (id, key) in [("a", "ring-a"), ("b", "ring-a"), ("c", "ring-b")] {
+        members.get_mut(id).expect("member").gossip_key = Some(key.to_string());
+    }
+    rings::merge(&mut members, &mut links, ["a", "b", "c"].map(String::from));
+    assert_eq!(members["a"].ring, members["b"].ring, "the same key joins");
+    assert_ne!(
+        members["a"].ring, members["c"].ring,
+        "another key stays out"
+    );
+    // Without a key at all, a member stays out of an encrypted ring too.
+    members.get_mut("c").expect("member").gossip_key = None;
+    links.learn(&members["c"]);
+    rings::merge(&mut members, &mut links, ["c".to_string()]);
+    assert_ne!(members["a"].ring, members["c"].ring, "no key stays out");
 }
 
 #[test]
