@@ -118,7 +118,8 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
     let mut h = habitat(name, topology, count);
     let leader = topology == "leader";
     let w: Workload = children::workload(&h, None);
-    // As the controller's cache keeps them: without the pod template, the pods without specs.
+    // As the controller's caches keep them (slimmed: the pods without specs), each stamped with
+    // the fingerprint of its apply.
     let mut sts = live(&w.statefulset);
     slim_statefulset(&mut sts);
     sts.status = Some(StatefulSetStatus {
@@ -154,7 +155,7 @@ fn settled(name: &str, topology: &str, count: i32) -> Settled {
         replaced_pod: false,
     };
     let peers = Decider::default().desired(&h, &snapshot).peers;
-    snapshot.peer_config = Some(peer_config(&h, &peers));
+    snapshot.peer_config = Some(live(&peer_config(&h, &peers)));
     let census = leader.then(|| census(&pods));
     // The status it carries: the one the operator wrote when it became Ready.
     let mut observed = snapshot.clone();
