@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 use habitat_operator::api::Habitat;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use support::supervisors::{census, election, session_pids, Container, States};
-use support::{wait_for, Env, Ground};
+use support::supervisors::{
+    census, election, gateway_json, start_real, stop_and_check_no_process_left, Container, States,
+};
+use support::{wait_for, Env};
 
 /// Time for a group to form, elect and pass its readiness probes.
 const FORM: Duration = Duration::from_secs(150);
@@ -51,20 +53,6 @@ const SG: &str = "redis.default";
 
 fn leader_habitat(name: &str, count: u32, image: &str) -> String {
     format!("apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: {name}}}\nspec:\n  image: {image}\n  count: {count}\n  service: {{name: redis, topology: leader}}\n")
-}
-
-async fn start(test: &str) -> Option<(Env, States)> {
-    if !support::have_kubectl() {
-        assert!(
-            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("skipped: kubectl is not installed");
-        return None;
-    }
-    let env = Env::start_real_supervisors(Ground::Real, test, true).await?;
-    let states = env.supervisors.clone().expect("real supervisors' states");
-    Some((env, states))
 }
 
 /// What one running pod's census said in one sample.
@@ -250,16 +238,7 @@ fn member_id(ip: &str) -> Option<String> {
 /// The state of `redis.default`'s process on the supervisor at `ip`
 /// (`/services/redis/default`, `process.state`).
 fn process_state(ip: &str) -> Option<String> {
-    let body = ureq::get(&format!("http://{ip}:9631/services/redis/default"))
-        .config()
-        .timeout_global(Some(Duration::from_secs(2)))
-        .build()
-        .call()
-        .ok()?
-        .body_mut()
-        .read_to_string()
-        .ok()?;
-    let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let doc = gateway_json(ip, "/services/redis/default")?;
     doc["process"]["state"].as_str().map(String::from)
 }
 
@@ -379,18 +358,6 @@ async fn diagnose(env: &Env, states: &States, habitat: &str) -> String {
         support::tail(&env.operator_log(), 30)
     ));
     out
-}
-
-/// Stops the nodes and checks that no process of any container is left.
-fn stop_and_check_no_process_left(env: &mut Env, states: &States) {
-    let sessions = states.sessions();
-    assert!(!sessions.is_empty(), "containers ran");
-    env.stop_real_supervisors();
-    let left: Vec<i32> = sessions.iter().flat_map(|s| session_pids(*s)).collect();
-    assert!(
-        left.is_empty(),
-        "processes left after the nodes stopped: {left:?}"
-    );
 }
 
 /// Waits until every pod of the group serves (see [`serving`]).
@@ -523,7 +490,7 @@ async fn kill_and_serve_again(
 /// must be Ready with `LeaderElected=True`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_pod_of_a_leader_group_serves_again() {
-    let Some((mut env, states)) = start("realq-crash").await else {
+    let Some((mut env, states)) = start_real("realq-crash").await else {
         return;
     };
     let name = "crash";
@@ -690,7 +657,7 @@ async fn change_and_measure(
 /// (2) Quorum through an image update of 3 members, on real supervisors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_through_an_image_update_of_three() {
-    let Some((mut env, states)) = start("realq-update3").await else {
+    let Some((mut env, states)) = start_real("realq-update3").await else {
         return;
     };
     let name = "group3";
@@ -716,7 +683,7 @@ async fn quorum_through_an_image_update_of_three() {
 /// supervisors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_through_an_image_update_of_five_and_a_scale_down_to_three() {
-    let Some((mut env, states)) = start("realq-update5").await else {
+    let Some((mut env, states)) = start_real("realq-update5").await else {
         return;
     };
     let name = "group5";
@@ -766,7 +733,7 @@ fn alive_in(states: &States, pod: &str, sg: &str) -> Option<usize> {
 /// its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_with_another_ring_key_stays_out() {
-    let Some((mut env, states)) = start("realq-ring").await else {
+    let Some((mut env, states)) = start_real("realq-ring").await else {
         return;
     };
     let habitat = |name: &str, image: &str, service: &str, group: &str, ring: &str, bind: &str| {

@@ -12,7 +12,9 @@ use std::time::Duration;
 use habitat_operator::api::Habitat;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use support::supervisors::{census, election, session_pids, States};
+use support::supervisors::{
+    census, election, session_pids, start_real, stop_and_check_no_process_left, States,
+};
 use support::{wait_for, Env, Ground};
 
 /// Time for a group to form, elect and pass its readiness probes.
@@ -24,20 +26,6 @@ fn leader_label(p: &Pod) -> bool {
     p.labels()
         .get("habitat.sh/leader")
         .is_some_and(|v| v == "true")
-}
-
-async fn start(test: &str) -> Option<(Env, States)> {
-    if !support::have_kubectl() {
-        assert!(
-            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
-            "kubectl is required but not installed"
-        );
-        eprintln!("skipped: kubectl is not installed");
-        return None;
-    }
-    let env = Env::start_real_supervisors(Ground::Real, test, true).await?;
-    let states = env.supervisors.clone().expect("real supervisors' states");
-    Some((env, states))
 }
 
 /// Every member's own census for `service_group`: (pod, leader id, alive ids).
@@ -108,24 +96,12 @@ async fn diagnose(env: &Env, states: &States, habitat: &str, sg: &str) -> String
     out
 }
 
-/// Stops the nodes and checks that no process of any container is left.
-fn stop_and_check_no_process_left(env: &mut Env, states: &States) {
-    let sessions = states.sessions();
-    assert!(!sessions.is_empty(), "containers ran");
-    env.stop_real_supervisors();
-    let left: Vec<i32> = sessions.iter().flat_map(|s| session_pids(*s)).collect();
-    assert!(
-        left.is_empty(),
-        "processes left after the nodes stopped: {left:?}"
-    );
-}
-
 /// (a) A leader group of 3 forms a real ring, elects, and the operator publishes what the real
 /// census says: the leader (status and the pod label), every member with its id and package,
 /// and the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_group_publishes_the_real_census() {
-    let Some((mut env, states)) = start("real-leader").await else {
+    let Some((mut env, states)) = start_real("real-leader").await else {
         return;
     };
     env.apply_example("leader");
@@ -235,7 +211,7 @@ fn whole_group(states: &States, pods: &[String], sg: &str) -> Option<String> {
 /// leader (status, label, members) and every pod is Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_leader_pod_restarts_and_the_group_serves_again() {
-    let Some((mut env, states)) = start("real-failover").await else {
+    let Some((mut env, states)) = start_real("real-failover").await else {
         return;
     };
     env.apply_example("leader");
@@ -316,7 +292,7 @@ fn read_in(states: &States, pod: &str, file: &str) -> String {
 /// `..data` swap and the supervisor's user.toml watcher) without a pod or container restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_toml_change_reaches_the_service_without_a_restart() {
-    let Some((mut env, states)) = start("real-user-toml").await else {
+    let Some((mut env, states)) = start_real("real-user-toml").await else {
         return;
     };
     env.apply_example("config");
@@ -364,7 +340,7 @@ async fn a_user_toml_change_reaches_the_service_without_a_restart() {
 /// census lists both alive).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_with_a_generated_ring_key_form_a_ring() {
-    let Some((mut env, states)) = start("real-ring").await else {
+    let Some((mut env, states)) = start_real("real-ring").await else {
         return;
     };
     env.apply_yaml(
@@ -517,7 +493,7 @@ async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() 
 /// group with its member alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_habitat_sees_the_group_it_binds_to() {
-    let Some((mut env, states)) = start("real-bind").await else {
+    let Some((mut env, states)) = start_real("real-bind").await else {
         return;
     };
     env.apply_example("bind");

@@ -2,7 +2,7 @@
 //! `HABITAT_SUPERVISOR_BIN` (skip when unset, fail when `HABITAT_REQUIRE_SUPERVISOR=1`), the
 //! containers the nodes describe in their state directory (`NAMESPACE/POD.json`), and what a
 //! test does to them: crash a pod (SIGKILL of its whole session), kill `hab-sup` alone (the
-//! launcher restarts it), turn the health check unhealthy, read a member's census.
+//! launcher then exits, and the container restarts), turn the health check unhealthy, read a member's census.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -184,7 +184,12 @@ impl States {
 /// A member's census from its gateway at `ip` (`/census` on port 9631), None when it does not
 /// answer.
 pub fn census(ip: &str) -> Option<serde_json::Value> {
-    let body = ureq::get(&format!("http://{ip}:9631/census"))
+    gateway_json(ip, "/census")
+}
+
+/// The JSON the HTTP gateway of the member at `ip` answers at `path`, None when it does not.
+pub fn gateway_json(ip: &str, path: &str) -> Option<serde_json::Value> {
+    let body = ureq::get(&format!("http://{ip}:9631{path}"))
         .config()
         .timeout_global(Some(Duration::from_secs(2)))
         .build()
@@ -194,6 +199,34 @@ pub fn census(ip: &str) -> Option<serde_json::Value> {
         .read_to_string()
         .ok()?;
     serde_json::from_str(&body).ok()
+}
+
+/// A test world on the real control plane whose pods run real supervisors, and their states;
+/// None (the test returns) when kubectl, the control plane or the binaries are not here.
+pub async fn start_real(test: &str) -> Option<(super::Env, States)> {
+    if !super::have_kubectl() {
+        assert!(
+            std::env::var_os("HABITAT_REQUIRE_KUBECTL").is_none(),
+            "kubectl is required but not installed"
+        );
+        eprintln!("skipped: kubectl is not installed");
+        return None;
+    }
+    let env = super::Env::start_real_supervisors(super::Ground::Real, test, true).await?;
+    let states = env.supervisors.clone().expect("real supervisors' states");
+    Some((env, states))
+}
+
+/// Stops the nodes and checks that no process of any container is left.
+pub fn stop_and_check_no_process_left(env: &mut super::Env, states: &States) {
+    let sessions = states.sessions();
+    assert!(!sessions.is_empty(), "containers ran");
+    env.stop_real_supervisors();
+    let left: Vec<i32> = sessions.iter().flat_map(|s| session_pids(*s)).collect();
+    assert!(
+        left.is_empty(),
+        "processes left after the nodes stopped: {left:?}"
+    );
 }
 
 /// The leader's member id and the alive members' ids in `census` for `service_group`
