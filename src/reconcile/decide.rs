@@ -28,6 +28,8 @@ pub struct Desired<'a> {
     pub workload: Option<&'a Workload>,
     /// The addresses the peer file should hold.
     pub peers: Vec<String>,
+    /// Whether the live peer ConfigMap carries them (see [`drift`](crate::reconcile::drift)).
+    pub peer_config_current: bool,
     /// Pods whose leader label must change, and whether each should carry it.
     pub mislabelled: Vec<(String, bool)>,
     /// The pod to replace next, when a leader group's rollout may replace one now.
@@ -54,6 +56,8 @@ pub struct Decider<'m> {
     workload: Option<Workload>,
     /// The last comparison of this reconcile: the children's versions and the verdict.
     compared: Option<(Versions, bool)>,
+    /// The last comparison of the peer ConfigMap: its version, the addresses and the verdict.
+    peer_compared: Option<(Option<String>, Vec<String>, bool)>,
 }
 
 impl<'m> Decider<'m> {
@@ -79,6 +83,7 @@ impl<'m> Decider<'m> {
         let Desired {
             workload_current,
             peers,
+            peer_config_current,
             mislabelled,
             replacement,
             ..
@@ -88,31 +93,56 @@ impl<'m> Decider<'m> {
         }
         Plan {
             decision,
-            desired: self.assemble(workload_current, peers, mislabelled, replacement),
+            desired: Desired {
+                workload_current,
+                workload: self.workload.as_ref(),
+                peers,
+                peer_config_current,
+                mislabelled,
+                replacement,
+            },
         }
     }
 
     /// The desired state of `h` given `snap` (the workload only if it was built).
     pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
-        let current = self.workload_current(h, snap);
+        let workload_current = self.workload_current(h, snap);
         let (peers, mislabelled, replacement) = wanted(h, snap);
-        self.assemble(current, peers, mislabelled, replacement)
-    }
-
-    fn assemble(
-        &self,
-        workload_current: bool,
-        peers: Vec<String>,
-        mislabelled: Vec<(String, bool)>,
-        replacement: Option<String>,
-    ) -> Desired<'_> {
+        let peer_config_current = self.peer_config_current(h, snap, &peers);
         Desired {
             workload_current,
             workload: self.workload.as_ref(),
             peers,
+            peer_config_current,
             mislabelled,
             replacement,
         }
+    }
+
+    /// Whether the live peer ConfigMap carries `peers`: remembered for its version, or compared.
+    fn peer_config_current(&mut self, h: &Habitat, snap: &Snapshot, peers: &[String]) -> bool {
+        let version = snap
+            .peer_config
+            .as_ref()
+            .and_then(|c| c.metadata.resource_version.clone());
+        if let Some((at, addresses, verdict)) = &self.peer_compared {
+            if *at == version && addresses == peers {
+                return *verdict;
+            }
+        }
+        let remembered = version.as_deref().is_some_and(|v| {
+            self.memo
+                .is_some_and(|m| m.is_peer_config_current(h, peers, v))
+        });
+        let verdict =
+            remembered || peer_config_carries(snap.peer_config.as_ref(), &peer_config(h, peers));
+        if verdict && !remembered {
+            if let (Some(memo), Some(v)) = (self.memo, version.as_deref()) {
+                memo.remember_peer_config(h, peers, v);
+            }
+        }
+        self.peer_compared = Some((version, peers.to_vec(), verdict));
+        verdict
     }
 
     /// Whether the live children carry the workload of `h` with the snapshot's key: remembered
@@ -189,13 +219,11 @@ fn workload_for(h: &Habitat, key: &KeyState) -> Option<Workload> {
 /// The machine's facts about `h` given `snap` and what is `desired` of it.
 pub fn facts(h: &Habitat, snap: &Snapshot, desired: &Desired<'_>) -> Facts {
     let count = h.spec.count;
-    let peer_config_current =
-        peer_config_carries(snap.peer_config.as_ref(), &peer_config(h, &desired.peers));
     let leader_pod = snap.leader.pod();
     Facts {
         deleting: h.metadata.deletion_timestamp.is_some(),
         spec_invalid: snap.spec_problem.is_some(),
-        peer_config_current,
+        peer_config_current: desired.peer_config_current,
         key_ready: matches!(snap.key, KeyState::NotRequired | KeyState::Ready(_)),
         key_can_be_generated: matches!(snap.key, KeyState::ToGenerate { .. }),
         referenced_secrets_present: snap.secret_problem.is_none(),
@@ -462,6 +490,34 @@ mod tests {
         sts.metadata.resource_version = Some("9".into());
         let mut decider = Decider::remembering(&memo);
         assert!(!decider.desired(&h, &scaled).workload_current);
+    }
+
+    #[test]
+    fn a_peer_config_found_current_is_compared_again_only_when_it_or_the_peers_change() {
+        let h = habitat().leader().count(3);
+        let memo = VerifiedChildren::default();
+        let mut snap = settled(&h);
+        let peers = Decider::default().desired(&h, &snap).peers;
+        snap.peer_config = Some(applied(&peer_config(&h, &peers), "5"));
+        let current = |snap: &Snapshot| {
+            Decider::remembering(&memo)
+                .desired(&h, snap)
+                .peer_config_current
+        };
+        assert!(current(&snap));
+        assert!(memo.is_peer_config_current(&h, &peers, "5"), "remembered");
+        // An edit gives the ConfigMap a new version: compared again, and found drifted.
+        let mut edited = snap.clone();
+        let cm = edited.peer_config.as_mut().unwrap();
+        cm.data = Some([(crate::api::PEER_IP_KEY.to_string(), "10.9.9.9".into())].into());
+        cm.metadata.resource_version = Some("6".into());
+        assert!(!current(&edited));
+        // Other peers at the remembered version: compared again, and found stale.
+        let mut moved = snap.clone();
+        moved.pods.remove(0);
+        let moved_peers = Decider::default().desired(&h, &moved).peers;
+        assert_ne!(moved_peers, peers, "the peers changed");
+        assert!(!current(&moved));
     }
 
     #[test]

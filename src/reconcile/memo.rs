@@ -12,6 +12,12 @@
 //! controller's status update) gives it a new resourceVersion, and the next reconcile compares it
 //! again.
 //!
+//! The peer ConfigMap is remembered the same way, apart: it depends on the peer addresses (the
+//! running pods) rather than on the ring key, and changes more often than the workload. A verdict
+//! "current" for (uid, generation, addresses) at the ConfigMap's resourceVersion saves building
+//! and comparing it on every decision (about half the cost of a settled leader group's decision
+//! when it was compared every time).
+//!
 //! Entries are a few short strings each (about 200 bytes); the workload itself is not kept, which
 //! would cost about 10 MiB at N = 1000. An entry is forgotten when its Habitat is deleted.
 
@@ -35,10 +41,19 @@ struct Inputs {
     key: KeyState,
 }
 
+/// The peer ConfigMap found current: its resourceVersion and the addresses it carries.
+#[derive(Debug, PartialEq)]
+struct PeerEntry {
+    generation: i64,
+    version: String,
+    addresses: Vec<String>,
+}
+
 /// The children's versions found current, by Habitat uid.
 #[derive(Debug, Default)]
 pub struct VerifiedChildren {
     entries: Mutex<HashMap<String, (Inputs, Versions)>>,
+    peer_configs: Mutex<HashMap<String, PeerEntry>>,
 }
 
 impl VerifiedChildren {
@@ -69,17 +84,58 @@ impl VerifiedChildren {
         }
     }
 
+    /// Whether the peer ConfigMap at `version` was found to carry `addresses` for `h`'s
+    /// generation.
+    pub fn is_peer_config_current(&self, h: &Habitat, addresses: &[String], version: &str) -> bool {
+        let (Some(uid), Some(generation)) = (h.metadata.uid.as_deref(), h.metadata.generation)
+        else {
+            return false;
+        };
+        let entries = self.peer_configs.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(uid).is_some_and(|e| {
+            e.generation == generation && e.version == version && e.addresses == addresses
+        })
+    }
+
+    /// Remembers that the peer ConfigMap at `version` carries `addresses` for `h`.
+    pub fn remember_peer_config(&self, h: &Habitat, addresses: &[String], version: &str) {
+        let (Some(uid), Some(generation)) = (h.uid(), h.metadata.generation) else {
+            return;
+        };
+        self.peer_configs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                uid,
+                PeerEntry {
+                    generation,
+                    version: version.to_string(),
+                    addresses: addresses.to_vec(),
+                },
+            );
+    }
+
     /// Forgets the Habitat `uid` (it is being deleted).
     pub fn forget(&self, uid: &str) {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(uid);
+        self.peer_configs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
     }
 
-    /// How many Habitats are remembered.
+    /// How many entries are kept (a Habitat has up to two).
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        let workloads = self.entries.lock().unwrap_or_else(|p| p.into_inner()).len();
+        workloads
+            + self
+                .peer_configs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len()
     }
 
     /// Whether none is.
@@ -129,6 +185,31 @@ mod tests {
         h.metadata.generation = h.metadata.generation.map(|g| g + 1);
         assert!(
             !memo.is_current(&h, &none, &versions("1")),
+            "the spec changed"
+        );
+        memo.forget(&h.uid().expect("a uid"));
+        assert!(memo.is_empty());
+    }
+
+    #[test]
+    fn a_peer_config_verdict_holds_for_one_generation_version_and_set_of_addresses() {
+        let memo = VerifiedChildren::default();
+        let mut h = habitat();
+        let one = vec!["10.0.0.5".to_string()];
+        assert!(!memo.is_peer_config_current(&h, &one, "7"));
+        memo.remember_peer_config(&h, &one, "7");
+        assert!(memo.is_peer_config_current(&h, &one, "7"));
+        assert!(
+            !memo.is_peer_config_current(&h, &one, "8"),
+            "the ConfigMap changed"
+        );
+        assert!(
+            !memo.is_peer_config_current(&h, &["10.0.0.6".to_string()], "7"),
+            "another peer"
+        );
+        h.metadata.generation = h.metadata.generation.map(|g| g + 1);
+        assert!(
+            !memo.is_peer_config_current(&h, &one, "7"),
             "the spec changed"
         );
         memo.forget(&h.uid().expect("a uid"));

@@ -1597,6 +1597,7 @@ mod tests {
             workload_current: false,
             workload: None,
             peers: vec![],
+            peer_config_current: false,
             mislabelled: vec![("redis-0".into(), true)],
             replacement: None,
         };
