@@ -11,3 +11,4 @@ pub mod cluster;
 pub mod error;
 pub mod reconcile;
 pub mod runtime;
+pub mod watch;

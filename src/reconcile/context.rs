@@ -15,7 +15,7 @@ use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
 use crate::reconcile::allocating::Allocating;
-use crate::reconcile::echoes::Echoes;
+use crate::watch::echoes::Echoes;
 use crate::reconcile::index::Indexes;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::recent::RecentWrites;

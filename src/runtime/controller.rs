@@ -20,7 +20,7 @@ use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::cluster::events::{EventSink, Recorder};
 use crate::reconcile::allocating::{self, Allocating};
 use crate::reconcile::context::{Context, Stores};
-use crate::reconcile::echoes::Echoes;
+use crate::watch::echoes::Echoes;
 use crate::reconcile::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::secrets::SecretReader;

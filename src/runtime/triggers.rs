@@ -32,7 +32,7 @@ use kube::runtime::watcher;
 use kube::Resource;
 use serde::Serialize;
 
-use crate::reconcile::echoes::Echoes;
+use crate::watch::echoes::Echoes;
 
 /// Which updates of a watched kind wake a Habitat.
 #[derive(Debug, Clone)]

@@ -1,0 +1,2 @@
+//! The watches and their caches.
+pub mod echoes;
