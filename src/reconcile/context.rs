@@ -16,7 +16,7 @@ use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
 use crate::reconcile::allocating::Allocating;
 use crate::watch::echoes::Echoes;
-use crate::reconcile::index::Indexes;
+use crate::watch::index::Indexes;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::secrets::SecretReader;

@@ -14,7 +14,6 @@ pub mod context;
 pub mod decide;
 pub mod depart;
 pub mod drift;
-pub mod index;
 pub mod leader;
 pub mod memo;
 pub mod metrics;

@@ -12,7 +12,7 @@ use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
 use crate::reconcile::drift::LiveWorkload;
-use crate::reconcile::index;
+use crate::watch::index;
 use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
 use crate::reconcile::secrets::SecretsView;

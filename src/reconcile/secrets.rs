@@ -16,7 +16,7 @@ use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::error::Error;
 use crate::reconcile::context::Stores;
-use crate::reconcile::index;
+use crate::watch::index;
 use crate::reconcile::ring::check_secret;
 
 /// What the operator keeps of one Secret it read: no value.

@@ -21,7 +21,7 @@ use crate::cluster::events::{EventSink, Recorder};
 use crate::reconcile::allocating::{self, Allocating};
 use crate::reconcile::context::{Context, Stores};
 use crate::watch::echoes::Echoes;
-use crate::reconcile::index::{self, Indexes};
+use crate::watch::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::slim::{drop_managed_fields, Slim};

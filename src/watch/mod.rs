@@ -1,2 +1,3 @@
 //! The watches and their caches.
 pub mod echoes;
+pub mod index;
