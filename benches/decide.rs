@@ -26,7 +26,7 @@ use habitat_operator::reconcile::decide::{self as deciding, Decider};
 use habitat_operator::reconcile::memo::VerifiedChildren;
 use habitat_operator::reconcile::observe::{LeaderView, Snapshot};
 use habitat_operator::reconcile::ring::KeyState;
-use habitat_operator::reconcile::slim::{slim_pod, slim_statefulset};
+use habitat_operator::watch::slim::{slim_pod, slim_statefulset};
 use habitat_operator::reconcile::status::{self, Inputs, Outcome};
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
 use k8s_openapi::api::core::v1::Pod;

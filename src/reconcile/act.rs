@@ -28,7 +28,7 @@ use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
 use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
-use crate::reconcile::slim::Slim;
+use crate::watch::slim::Slim;
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);

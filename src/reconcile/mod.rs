@@ -24,7 +24,6 @@ pub mod requeue;
 pub mod ring;
 pub mod rollout;
 pub mod secrets;
-pub mod slim;
 pub mod state;
 pub mod status;
 

@@ -24,7 +24,7 @@ use crate::watch::echoes::Echoes;
 use crate::watch::index::{self, Indexes};
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::secrets::SecretReader;
-use crate::reconcile::slim::{drop_managed_fields, Slim};
+use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::reconcile::state::PerHabitat;
 use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::lean::{self, Decoded, Lean};
@@ -569,7 +569,7 @@ fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::slim::{slim_pod, slim_statefulset};
+    use crate::watch::slim::{slim_pod, slim_statefulset};
     use kube::runtime::controller::Action;
 
     #[test]

@@ -1,3 +1,4 @@
 //! The watches and their caches.
 pub mod echoes;
 pub mod index;
+pub mod slim;
