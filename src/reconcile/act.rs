@@ -26,7 +26,7 @@ use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
-use crate::reconcile::recent::Recent;
+use crate::watch::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
 use crate::watch::slim::Slim;
 

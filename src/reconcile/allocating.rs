@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::api::Habitat;
 use crate::cluster::apply::{apply, stamped};
 use crate::error::Disposition;
-use crate::reconcile::recent::RecentWrites;
+use crate::watch::recent::RecentWrites;
 use crate::watch::slim::Slim;
 
 /// Creates of Services under way at once. The server allocates one cluster IP at a time, so more

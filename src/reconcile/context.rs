@@ -18,7 +18,7 @@ use crate::reconcile::allocating::Allocating;
 use crate::watch::echoes::Echoes;
 use crate::watch::index::Indexes;
 use crate::reconcile::metrics::Metrics;
-use crate::reconcile::recent::RecentWrites;
+use crate::watch::recent::RecentWrites;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::state::PerHabitat;
 

@@ -19,7 +19,6 @@ pub mod memo;
 pub mod metrics;
 pub mod observe;
 pub mod peer;
-pub mod recent;
 pub mod requeue;
 pub mod ring;
 pub mod rollout;

@@ -13,7 +13,7 @@ use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
 use crate::reconcile::drift::LiveWorkload;
 use crate::watch::index;
-use crate::reconcile::recent::Recent;
+use crate::watch::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
 use crate::reconcile::secrets::SecretsView;
 

@@ -2,3 +2,4 @@
 pub mod echoes;
 pub mod index;
 pub mod slim;
+pub mod recent;

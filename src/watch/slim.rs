@@ -1,6 +1,6 @@
 //! What the operator keeps of the objects it reads: the parts the reconciler reads, in the
 //! caches (each watch's transform, as controller-runtime's cache transforms do) and in the
-//! memory of its own writes ([`crate::reconcile::recent`]), which answers for the cache until
+//! memory of its own writes ([`crate::watch::recent`]), which answers for the cache until
 //! the watch delivers the write. Both keep the same slim copy: the server's answer to a write
 //! carries the whole object (a StatefulSet's claim templates, every object's managedFields), and
 //! kept whole, the writes of the last few seconds were a quarter of the operator's heap at
