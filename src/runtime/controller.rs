@@ -28,7 +28,7 @@ use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::reconcile::state::PerHabitat;
 use crate::reconcile::{error_policy, reconcile};
 use crate::runtime::lean::{self, Decoded, Lean};
-use crate::runtime::triggers::{Triggers, Wake, Woken};
+use crate::watch::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
 /// of its time waiting on the API server, one round of requests after another (a first pass:

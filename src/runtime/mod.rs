@@ -11,4 +11,3 @@ pub mod lease;
 pub mod runner;
 pub mod server;
 pub mod telemetry;
-pub mod triggers;

@@ -3,3 +3,4 @@ pub mod echoes;
 pub mod index;
 pub mod slim;
 pub mod recent;
+pub mod triggers;

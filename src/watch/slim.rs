@@ -58,7 +58,7 @@ pub fn drop_managed_fields<K: kube::Resource>(o: &mut K) {
 /// statuses (images, image digests, states; a kubelet writes them for every container) and the
 /// other conditions are never read from the cache, so they are not kept (as controller-runtime's
 /// cache transforms do). At N = 1000 the pods' specs were the largest part of the operator's
-/// heap. What is not kept does not wake a Habitat either (`runtime::triggers`): a pod's binding
+/// heap. What is not kept does not wake a Habitat either (`watch::triggers`): a pod's binding
 /// to its node changes only its spec.
 pub fn slim_pod(p: &mut Pod) {
     drop_managed_fields(p);
