@@ -27,7 +27,7 @@ use crate::reconcile::secrets::SecretReader;
 use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::reconcile::state::PerHabitat;
 use crate::reconcile::{error_policy, reconcile};
-use crate::runtime::lean::{self, Decoded, Lean};
+use crate::watch::lean::{self, Decoded, Lean};
 use crate::watch::triggers::{Triggers, Wake, Woken};
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most

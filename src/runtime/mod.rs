@@ -6,7 +6,6 @@
 
 pub mod cli;
 pub mod controller;
-pub mod lean;
 pub mod lease;
 pub mod runner;
 pub mod server;

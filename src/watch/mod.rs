@@ -4,3 +4,4 @@ pub mod index;
 pub mod slim;
 pub mod recent;
 pub mod triggers;
+pub mod lean;
