@@ -15,7 +15,10 @@ fn operator_rules() -> Rules {
     r.insert("children", vec!["error", "api"]);
     r.insert("cluster", vec!["error", "api", "children"]);
     r.insert("watch", vec!["error", "api"]);
-    r.insert("reconcile", vec!["error", "api", "children", "cluster", "watch"]);
+    r.insert(
+        "reconcile",
+        vec!["error", "api", "children", "cluster", "watch"],
+    );
     r.insert(
         "runtime",
         vec!["error", "api", "children", "cluster", "watch", "reconcile"],

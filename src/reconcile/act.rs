@@ -26,8 +26,8 @@ use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
-use crate::watch::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
+use crate::watch::recent::Recent;
 use crate::watch::slim::Slim;
 
 /// How long a generated key is trusted from memory while the cache catches up.

@@ -15,12 +15,12 @@ use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
 use crate::reconcile::allocating::Allocating;
-use crate::watch::echoes::Echoes;
-use crate::watch::index::Indexes;
 use crate::reconcile::metrics::Metrics;
-use crate::watch::recent::RecentWrites;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::state::PerHabitat;
+use crate::watch::echoes::Echoes;
+use crate::watch::index::Indexes;
+use crate::watch::recent::RecentWrites;
 
 /// The caches the reconciler reads while observing. It never reads the API server to decide.
 #[derive(Clone)]

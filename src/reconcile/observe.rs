@@ -12,10 +12,10 @@ use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
 use crate::reconcile::context::Stores;
 use crate::reconcile::drift::LiveWorkload;
-use crate::watch::index;
-use crate::watch::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
 use crate::reconcile::secrets::SecretsView;
+use crate::watch::index;
+use crate::watch::recent::Recent;
 
 /// What the leader census said in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]

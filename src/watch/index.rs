@@ -261,6 +261,43 @@ fn secret_keys(h: &Habitat) -> Vec<String> {
     keys
 }
 
+/// The Habitats a pod matters to: its own, and those that bind to its Habitat's service group
+/// (their peer files name one of its pods). Looked up in the indexes: no walk over all Habitats.
+pub fn pod_watchers(
+    habitats: &Store<Habitat>,
+    index: &Indexes,
+    p: &Pod,
+) -> Vec<ObjectRef<Habitat>> {
+    let (Some(ns), Some(name)) = (p.namespace(), p.labels().get(LABEL_NAME)) else {
+        return vec![];
+    };
+    let own = ObjectRef::new(name).within(&ns);
+    let mut refs = vec![own.clone()];
+    if let Some(own) = habitats.get(&own) {
+        let svc = &own.spec.service;
+        refs.extend(
+            index
+                .habitats_by_bind
+                .refs(&key(&[&ns, &svc.name, &svc.group])),
+        );
+    }
+    refs
+}
+
+/// The Habitats that name a Secret (config, files, ring key) or use its ring.
+pub fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Habitat>> {
+    let ns = s.namespace().unwrap_or_default();
+    let mut refs = index
+        .habitats_by_secret
+        .refs(&secret_key(&ns, &s.name_any()));
+    if let Some(ring) = s.labels().get(LABEL_RING) {
+        refs.extend(index.habitats_by_secret.refs(&ring_key(&ns, ring)));
+    }
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    refs.dedup();
+    refs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,7 +87,7 @@ pub fn slim_budget(b: &mut PodDisruptionBudget) {
 }
 
 /// StatefulSets as the reconciler reads them: metadata, the spec with its pod template (compared
-/// with what the operator applies: [`drift`](crate::reconcile::drift)) but without its claim
+/// with what the operator applies, to find drift) but without its claim
 /// templates, which cannot change once the StatefulSet exists, and the status fields that say how
 /// far a rollout is (`rollout::progress`, `rollout::outdated`, the Habitat's status). An update of
 /// the others (`availableReplicas`, `currentReplicas`, `currentRevision`, conditions) wakes no
@@ -106,5 +106,134 @@ pub fn slim_statefulset(s: &mut StatefulSet) {
             update_revision: status.update_revision,
             ..Default::default()
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::triggers::{Triggers, Wake};
+    use kube::runtime::watcher;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_reconciler_reads() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "labels": {"habitat.sh/name": "redis"}},
+            "spec": {"containers": [{"name": "habitat", "image": "kinvolk/redis-hab"}]},
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.1",
+                "hostIP": "10.0.0.254", "startTime": "2026-12-02T00:00:00Z",
+                "conditions": [{"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "habitat", "image": "kinvolk/redis-hab",
+                    "imageID": "sha256:0", "ready": true, "restartCount": 0}],
+            },
+        }))
+        .expect("a pod");
+        slim_pod(&mut p);
+        assert!(p.spec.is_none());
+        let status = p.status.clone().expect("the status is kept");
+        assert!(status.container_statuses.is_none());
+        assert!(status.host_ip.is_none() && status.start_time.is_none());
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+        let kept: Vec<_> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| &c.type_)
+            .collect();
+        assert_eq!(kept, ["Ready"]);
+        let ready = status.conditions.iter().flatten().next().map(|c| &c.status);
+        assert_eq!(
+            ready.map(String::as_str),
+            Some("True"),
+            "still ready as read"
+        );
+        assert_eq!(p.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+
+        // The kubelet's binding changes only the spec: its event wakes nothing.
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        let mut bound: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "habitat"}]},
+        }))
+        .expect("a pod");
+        slim_pod(&mut bound);
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(bound.clone())))
+            .is_some());
+        let mut scheduled: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-0", "uid": "u", "resourceVersion": "2"},
+            "spec": {"containers": [{"name": "habitat"}], "nodeName": "sandbox-node"},
+        }))
+        .expect("a pod");
+        slim_pod(&mut scheduled);
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(scheduled)))
+            .is_none());
+    }
+
+    #[test]
+    fn a_cached_statefulset_keeps_the_rollout_and_wakes_only_on_it() {
+        let sts = |rv: &str, ready: i32, available: i32| -> StatefulSet {
+            let mut s: StatefulSet = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "redis", "uid": "u", "resourceVersion": rv, "generation": 1},
+                "spec": {"replicas": 3, "selector": {}, "serviceName": "redis",
+                    "template": {"spec": {"containers": [{"name": "habitat"}]}}},
+                "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": ready,
+                    "updatedReplicas": 3, "updateRevision": "redis-1", "currentRevision": "redis-1",
+                    "availableReplicas": available, "currentReplicas": 3},
+            }))
+            .expect("a StatefulSet");
+            slim_statefulset(&mut s);
+            s
+        };
+        let three = sts("1", 3, 2);
+        let status = three.status.clone().expect("the status is kept");
+        assert_eq!(status.update_revision.as_deref(), Some("redis-1"));
+        assert!(status.available_replicas.is_none() && status.current_revision.is_none());
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        assert!(triggers.after(Ok(watcher::Event::Apply(three))).is_some());
+        // Only availableReplicas moved: nothing the reconciler reads.
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(sts("2", 3, 3))))
+            .is_none());
+        // A pod stopped being ready: the rollout is not done any more.
+        assert!(triggers
+            .after(Ok(watcher::Event::Apply(sts("3", 2, 2))))
+            .is_some());
+    }
+
+    #[test]
+    fn a_cached_budget_keeps_its_fingerprint_and_its_status_updates_wake_nothing() {
+        let pdb = |rv: &str, healthy: i32| -> PodDisruptionBudget {
+            let mut b: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "redis", "uid": "u", "resourceVersion": rv,
+                    "annotations": {"habitat.sh/fingerprint": "f1"}},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"habitat.sh/name": "redis"}}},
+                "status": {"currentHealthy": healthy, "desiredHealthy": 2, "expectedPods": 3,
+                    "disruptionsAllowed": (healthy - 2).max(0), "observedGeneration": 1},
+            }))
+            .expect("a PodDisruptionBudget");
+            b.slim();
+            b
+        };
+        let first = pdb("1", 0);
+        assert!(first.status.is_none());
+        assert_eq!(
+            first.metadata.annotations.as_ref().map(|a| a.len()),
+            Some(1),
+            "the fingerprint is kept"
+        );
+        let mut triggers = Triggers::new(Wake::Changed(Arc::default()));
+        assert!(triggers.after(Ok(watcher::Event::Apply(first))).is_some());
+        // kube-controller-manager counts the healthy members as they come up.
+        for (rv, healthy) in [("2", 1), ("3", 2), ("4", 3)] {
+            assert!(triggers
+                .after(Ok(watcher::Event::Apply(pdb(rv, healthy))))
+                .is_none());
+        }
     }
 }
