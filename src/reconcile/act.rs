@@ -220,7 +220,7 @@ async fn apply_service(
     creating: &mut Option<String>,
     desired: &Service,
 ) -> Result<(), Error> {
-    let allocating = &ctx.stores.allocating;
+    let allocating = &ctx.allocating;
     let ns = desired.namespace().unwrap_or_default();
     let name = desired.name_any();
     if let Some(sent) = allocating.pending(&ns, &name) {

@@ -18,7 +18,7 @@ use crate::api::{Habitat, LABEL_MANAGED_BY, MANAGER};
 use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::cluster::events::{EventSink, Recorder};
 use crate::reconcile::allocating::{self, Allocating};
-use crate::reconcile::context::{Context, Stores};
+use crate::reconcile::context::Context;
 use crate::reconcile::metrics::Metrics;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::state::PerHabitat;
@@ -29,6 +29,7 @@ use crate::watch::index::{pod_watchers, referencing, Indexes};
 use crate::watch::lean::Lean;
 use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::watch::triggers::Wake;
+use crate::watch::Stores;
 
 /// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
 /// of its time waiting on the API server, one round of requests after another (a first pass:
@@ -196,8 +197,8 @@ pub async fn run(
             secrets: secret_store.clone(),
             index,
             recent: Default::default(),
-            allocating: Arc::new(allocating),
         },
+        allocating: Arc::new(allocating),
         secrets: reader,
         events: EventSink::spawn(Recorder::new(
             client.clone(),
