@@ -15,6 +15,7 @@ use kube::runtime::{watcher, Controller};
 use kube::{Api, Client};
 
 use crate::api::{Habitat, LABEL_MANAGED_BY, MANAGER};
+use crate::children::statefulset::HTTP_GATEWAY_PORT;
 use crate::cluster::census::{CensusSource, HttpCensus};
 use crate::cluster::events::{EventSink, Recorder};
 use crate::reconcile::allocating::{self, Allocating};
@@ -50,25 +51,13 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Concurrent reconciles.
     pub workers: u16,
-    /// Port of the supervisors' HTTP gateway.
-    pub census_port: u16,
-    /// Timeout of one census read.
-    pub census_timeout: Duration,
     /// How long a settled standalone Habitat waits before it is looked at again unchanged.
     pub resync: Duration,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            namespace: None,
-            workers: DEFAULT_WORKERS,
-            census_port: 9631,
-            census_timeout: Duration::from_secs(2),
-            resync: crate::reconcile::requeue::RESYNC,
-        }
-    }
-}
+/// How long one census read may take; the pod's census is then taken as unreachable and
+/// another running pod's is asked.
+const CENSUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -209,10 +198,8 @@ pub async fn run(
         )),
         metrics: metrics.clone(),
         resync: settings.resync,
-        census: Arc::new(HttpCensus::new(
-            settings.census_port,
-            settings.census_timeout,
-        )) as Arc<dyn CensusSource>,
+        census: Arc::new(HttpCensus::new(HTTP_GATEWAY_PORT as u16, CENSUS_TIMEOUT))
+            as Arc<dyn CensusSource>,
         habitats: per_habitat,
         generated_keys: Mutex::new(Default::default()),
         key_generation: tokio::sync::Mutex::new(()),
