@@ -32,16 +32,11 @@ use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::watch::triggers::Wake;
 use crate::watch::Stores;
 
-/// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile spends most
-/// of its time waiting on the API server, one round of requests after another (a first pass:
-/// the finalizer with the peer ConfigMap, the workload's children together, the status), so the
-/// workers bound how many requests the operator has in flight, and how fast the first passes of
-/// many new Habitats go out. On the real ground at N = 1000 with 8 workers the first passes were the bottleneck:
-/// the last StatefulSet was written 52 s after the first Habitat (the plain floor's after
-/// 12 s), and the last pods could not start before it; with 16, after 32 s. The time to Ready
-/// was 1.02 to 1.27 times the plain floor's in four runs with 16 against 1.13 to 1.48 in three
-/// with 8, for 51 MiB peak RSS against 48. 32 workers gained nothing over 16 (the floors, at
-/// the same concurrency, gained as much) and took the peak RSS at N = 100 over 20 MiB.
+/// Habitats reconciled concurrently unless `--workers` says otherwise. A reconcile mostly waits
+/// on the API server, so the workers bound the requests in flight and how fast the first passes
+/// of many new Habitats go out: on the real ground at N = 1000, 16 workers took the time to Ready
+/// to 1.02 to 1.27 times the floor against 1.13 to 1.48 with 8, for 51 MiB peak RSS against 48;
+/// 32 gained nothing and took the peak at N = 100 over 20 MiB.
 pub const DEFAULT_WORKERS: u16 = 16;
 
 /// How the controller runs.
@@ -88,38 +83,24 @@ pub async fn run(
     let reader = SecretReader::default();
     let echoes = Arc::new(Echoes::default());
     let turns = ListTurns::default();
-    let (sts_store, sts) = cached(
-        api::<Lean<StatefulSet>>(&client, ns),
-        ours.clone(),
-        Slim::slim,
-        |_| {},
-        Wake::Changed(echoes.clone()),
-        &turns,
-    );
-    let (cm_store, cms) = cached(
-        api::<ConfigMap>(&client, ns),
-        ours.clone(),
-        Slim::slim,
-        |_| {},
-        Wake::Changed(echoes.clone()),
-        &turns,
-    );
-    let (svc_store, svcs) = cached(
-        api::<Service>(&client, ns),
-        ours.clone(),
-        Slim::slim,
-        |_| {},
-        Wake::Changed(echoes.clone()),
-        &turns,
-    );
-    let (pdb_store, pdbs) = cached(
-        api::<PodDisruptionBudget>(&client, ns),
-        ours.clone(),
-        Slim::slim,
-        |_| {},
-        Wake::Changed(echoes.clone()),
-        &turns,
-    );
+    // The children's caches: the operator's labelled objects, slimmed, woken by changes that
+    // are not echoes of this process's writes.
+    macro_rules! child {
+        ($kind:ty) => {
+            cached(
+                api::<$kind>(&client, ns),
+                ours.clone(),
+                Slim::slim,
+                |_| {},
+                Wake::Changed(echoes.clone()),
+                &turns,
+            )
+        };
+    }
+    let (sts_store, sts) = child!(Lean<StatefulSet>);
+    let (cm_store, cms) = child!(ConfigMap);
+    let (svc_store, svcs) = child!(Service);
+    let (pdb_store, pdbs) = child!(PodDisruptionBudget);
     let pods_index = index.pods_by_habitat.clone();
     let (pod_store, pods) = cached(
         api::<Lean<Pod>>(&client, ns),

@@ -2,13 +2,9 @@
 //!
 //! # Flow
 //!
-//! [`cached`] builds, for one kind: kube-runtime's `watcher` (its first list in pages, waiting
-//! for its turn among the caches, [`ListTurns`]), decoded lean ([`lean`](super::lean)), retried
-//! on [`WatchRetry`](super::backoff::WatchRetry), slimmed by the kind's transform
-//! ([`slim`](super::slim)), applied to a kube-runtime `reflector` store, then to the secondary
-//! indexes ([`index`](super::index)), then filtered into triggers ([`triggers`](super::triggers)).
-//! The whole runs in a task of its own ([`forward`]); the Controller gets only the touched
-//! objects, over a channel.
+//! [`cached`] builds one kind's chain, as [the layer's doc](super) tells it; its first list waits
+//! for its turn among the caches ([`ListTurns`]), and the whole runs in a task of its own
+//! ([`forward`]), which hands the Controller only the touched objects, over a channel.
 //!
 //! # Guarantees
 //!
@@ -39,23 +35,16 @@ use crate::watch::backoff::WatchRetry;
 use crate::watch::lean::{self, Decoded};
 use crate::watch::triggers::{Triggers, Wake, Woken};
 
-/// Objects per page of a cache's initial list. kube's default of 500 made the operator's peak
-/// RSS on a restart over 1,000 settled Habitats (2,302 pods) 107 to 115 MiB against 69 MiB once
-/// settled: a page's response and its decoded objects (managedFields included, until slimmed),
-/// for every cache at once. Pages of 100: 89 MiB. Since
-/// the caches list in turn ([`ListTurns`]), pages of 50 against 100: 50 against 59 MiB at
-/// N = 1000 and 19 against 23 MiB at N = 100, for 150 requests from start to settled instead of
-/// 81, and caches synced in 1.1 s instead of 1.0.
+/// Objects per page of a cache's first list. A page's response and its decoded objects make the
+/// peak of a restart's memory: with kube's default of 500, a restart over 1,000 settled Habitats
+/// peaked at 107 to 115 MiB (69 once settled); with 50, and the caches listing in turn, at 50 MiB,
+/// for 150 requests from start to settled instead of 81.
 const LIST_PAGE: u32 = 50;
 
-/// Objects per page for the kinds whose objects are large until slimmed: a pod (its spec, its
-/// containers' statuses, the managedFields of the controller and the kubelet) and a StatefulSet
-/// (its pod template). The restart's peak is the decoding of their pages: restarted over 100
-/// settled Habitats with 16 workers, the operator peaked at 18.8 to 21.0 MiB with pages of 50
-/// (target 20) and 18.2 to 18.8 with 25 for these two kinds, for 33 requests from start to
-/// settled instead of 26 (216 instead of 150 at N = 1000, where the caches themselves set the
-/// peak). Their objects are now decoded without those parts ([`lean`]), but each page's
-/// response still carries them whole; the page sizes were not measured again since.
+/// Objects per page for pods and StatefulSets, whose responses carry their spec or pod template
+/// and every field manager's record: with 25 instead of 50, a restart over 100 settled Habitats
+/// peaked at 18.2 to 18.8 MiB instead of 18.8 to 21.0 (target 20), for 33 requests instead of 26.
+/// Not measured again since their objects are decoded lean.
 const LIST_PAGE_LARGE: u32 = 25;
 
 /// Objects per page of the initial list of `K`'s cache.
@@ -191,20 +180,12 @@ where
 fn forward<K: Send + Sync + 'static>(
     stream: impl futures::Stream<Item = Result<Arc<K>, watcher::Error>> + Send + 'static,
 ) -> Trigger<K> {
-    // The watch runs in a task of its own and hands the touched objects over a channel. Polled
-    // by the Controller instead, a watch was polled only when the Controller took a new trigger:
-    // after a kube-apiserver outage each watch retried once and then not for tens of seconds
-    // (`tests/restart.rs`, operator log). In its own task it retries on its backoff and relists
-    // within ~5 s of the API server's return, so the caches are current; the Controller
-    // deduplicates what piles up in the channel.
-    //
-    // Only objects cross the channel, never the watch's errors (logged above, retried by the
-    // watch on its own backoff). The Controller wraps its trigger streams in a `StreamBackoff`
-    // with kube's default backoff (0.8 s doubling to 30 s, with jitter, reset only after 120 s
-    // without an error): every error it receives stops it from taking *any* trigger for that
-    // long. An outage's dozens of connect errors held it 3, 5, 10, 21, 51 and 36 s in turn after
-    // kube-apiserver was back, and a Habitat created then waited over 90 s (`tests/restart.rs`,
-    // `kube_runtime::utils::stream_backoff` at debug).
+    // Polled by the Controller instead, a watch was polled only when the Controller took a
+    // trigger: after a kube-apiserver outage the watches retried once, then not for tens of
+    // seconds (`tests/restart.rs`). Only objects cross the channel: the Controller pauses every
+    // trigger stream on kube's default backoff (up to 30 s) after each error it receives, and an
+    // outage's errors held a Habitat created then back for over 90 s. The Controller deduplicates
+    // what piles up in the channel.
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         futures::pin_mut!(stream);

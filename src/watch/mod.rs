@@ -14,7 +14,7 @@
 //!
 //! # Guarantees
 //!
-//! - A Habitat is woken only after every store and index has applied the event that wakes it.
+//! - A Habitat is woken by an event only after its kind's store and indexes have applied it.
 //! - Each cache keeps the same slim copy as the memory of this process's writes.
 //! - Children are watched only when they carry the operator's labels; Secrets as metadata only.
 //!
