@@ -4,7 +4,7 @@
 //!
 //! [`cached`] builds one kind's chain, as [the layer's doc](super) tells it; its first list waits
 //! for its turn among the caches ([`ListTurns`]), and the whole runs in a task of its own
-//! ([`forward`]), which hands the Controller only the touched objects, over a channel.
+//! (`forward`), which hands the Controller only the touched objects, over a channel.
 //!
 //! # Guarantees
 //!
