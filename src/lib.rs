@@ -1,8 +1,10 @@
 //! habitat-operator: runs Chef Habitat services on Kubernetes.
 //!
 //! Layers, imports pointing down only: [`runtime`] (the process) → [`reconcile`] (observe →
-//! decide → act → persist) → [`cluster`] (I/O adapters) → [`children`] (pure builders) →
-//! [`api`] (the types and their validation), with one shared [`error`] module at the bottom.
+//! decide → act → persist, and the policies) → [`watch`] (the watches, their caches and
+//! indexes, and which events wake a Habitat) and [`cluster`] (I/O adapters) → [`children`]
+//! (pure builders) → [`api`] (the types and their validation), with one shared [`error`] module
+//! at the bottom.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -11,3 +13,4 @@ pub mod cluster;
 pub mod error;
 pub mod reconcile;
 pub mod runtime;
+pub mod watch;

@@ -14,10 +14,14 @@ fn operator_rules() -> Rules {
     r.insert("api", vec!["error"]);
     r.insert("children", vec!["error", "api"]);
     r.insert("cluster", vec!["error", "api", "children"]);
-    r.insert("reconcile", vec!["error", "api", "children", "cluster"]);
+    r.insert("watch", vec!["error", "api"]);
+    r.insert(
+        "reconcile",
+        vec!["error", "api", "children", "cluster", "watch"],
+    );
     r.insert(
         "runtime",
-        vec!["error", "api", "children", "cluster", "reconcile"],
+        vec!["error", "api", "children", "cluster", "watch", "reconcile"],
     );
     r
 }

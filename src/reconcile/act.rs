@@ -26,9 +26,9 @@ use crate::reconcile::context::Context;
 use crate::reconcile::decide::Desired;
 use crate::reconcile::leader;
 use crate::reconcile::observe::Snapshot;
-use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{newest, KeyState};
-use crate::reconcile::slim::Slim;
+use crate::watch::recent::Recent;
+use crate::watch::slim::Slim;
 
 /// How long a generated key is trusted from memory while the cache catches up.
 const GENERATED_KEY_MEMORY: Duration = Duration::from_secs(120);
@@ -220,7 +220,7 @@ async fn apply_service(
     creating: &mut Option<String>,
     desired: &Service,
 ) -> Result<(), Error> {
-    let allocating = &ctx.stores.allocating;
+    let allocating = &ctx.allocating;
     let ns = desired.namespace().unwrap_or_default();
     let name = desired.name_any();
     if let Some(sent) = allocating.pending(&ns, &name) {

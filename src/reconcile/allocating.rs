@@ -35,8 +35,8 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::api::Habitat;
 use crate::cluster::apply::{apply, stamped};
 use crate::error::Disposition;
-use crate::reconcile::recent::RecentWrites;
-use crate::reconcile::slim::Slim;
+use crate::watch::recent::RecentWrites;
+use crate::watch::slim::Slim;
 
 /// Creates of Services under way at once. The server allocates one cluster IP at a time, so more
 /// in flight would only wait in its line, and hold its requests.

@@ -3,49 +3,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::Store;
 use kube::Client;
 
 use crate::api::key_name::KeyName;
-use crate::api::Habitat;
 use crate::cluster::census::CensusSource;
 use crate::cluster::events::EventSink;
 use crate::reconcile::allocating::Allocating;
-use crate::reconcile::echoes::Echoes;
-use crate::reconcile::index::Indexes;
 use crate::reconcile::metrics::Metrics;
-use crate::reconcile::recent::RecentWrites;
 use crate::reconcile::secrets::SecretReader;
 use crate::reconcile::state::PerHabitat;
-
-/// The caches the reconciler reads while observing. It never reads the API server to decide.
-#[derive(Clone)]
-pub struct Stores {
-    /// Habitats.
-    pub habitats: Store<Habitat>,
-    /// StatefulSets carrying the operator's labels.
-    pub statefulsets: Store<StatefulSet>,
-    /// ConfigMaps carrying the operator's labels.
-    pub config_maps: Store<ConfigMap>,
-    /// Services carrying the operator's labels.
-    pub services: Store<Service>,
-    /// PodDisruptionBudgets carrying the operator's labels.
-    pub budgets: Store<PodDisruptionBudget>,
-    /// Pods carrying the operator's labels.
-    pub pods: Store<Pod>,
-    /// Secrets' metadata only (no data): their contents are read by `Context::secrets` when needed.
-    pub secrets: Store<PartialObjectMeta<Secret>>,
-    /// Secondary indexes over these caches, fed by the same watches.
-    pub index: Indexes,
-    /// This process's writes of children the caches do not show yet.
-    pub recent: Arc<RecentWrites>,
-    /// The Services this process is creating in the background (those that need a cluster IP).
-    pub allocating: Arc<Allocating>,
-}
+use crate::watch::echoes::Echoes;
+use crate::watch::Stores;
 
 /// Shared state of the controller.
 pub struct Context {
@@ -53,6 +21,8 @@ pub struct Context {
     pub client: Client,
     /// The caches.
     pub stores: Stores,
+    /// The Services this process is creating in the background (those that need a cluster IP).
+    pub allocating: Arc<Allocating>,
     /// Reads the contents of the Secrets a Habitat uses, when their version changes.
     pub secrets: SecretReader,
     /// Records Kubernetes Events, in the background.

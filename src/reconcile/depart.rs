@@ -101,7 +101,7 @@ impl Departures {
 }
 
 /// The members of `group` to depart now: those `census` lists as confirmed dead, less those
-/// departed within [`RESEND`], at most [`MAX_PER_PASS`].
+/// departed within [`RESEND`], at most `MAX_PER_PASS`.
 pub fn to_depart(
     census: &Census,
     group: &str,

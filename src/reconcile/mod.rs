@@ -14,19 +14,15 @@ pub mod context;
 pub mod decide;
 pub mod depart;
 pub mod drift;
-pub mod echoes;
-pub mod index;
 pub mod leader;
 pub mod memo;
 pub mod metrics;
 pub mod observe;
 pub mod peer;
-pub mod recent;
 pub mod requeue;
 pub mod ring;
 pub mod rollout;
 pub mod secrets;
-pub mod slim;
 pub mod state;
 pub mod status;
 
@@ -289,7 +285,7 @@ async fn observe_pass(h: &Habitat, ctx: &Context, ns: &str) -> Result<observe::S
         }
         Err(e) => return Err(e),
     };
-    Ok(observe(h, &ctx.stores, &secrets, generated))
+    Ok(observe(h, ctx, &secrets, generated))
 }
 
 /// Which version of the Habitat the status write replaces.
@@ -722,8 +718,8 @@ mod tests {
     use super::*;
     use crate::cluster::census::{CensusSource, HttpCensus};
     use crate::cluster::events::Recorder;
-    use crate::reconcile::context::Stores;
     use crate::reconcile::metrics::Metrics;
+    use crate::watch::Stores;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
     use kube::runtime::events::Reporter;
@@ -810,8 +806,8 @@ mod tests {
                 secrets: reflector::store().0,
                 index: Default::default(),
                 recent: Default::default(),
-                allocating: Arc::new(allocating::Allocating::new(1).0),
             },
+            allocating: Arc::new(allocating::Allocating::new(1).0),
             secrets: Default::default(),
             events: crate::cluster::events::EventSink::spawn(Recorder::new(
                 client,
@@ -1368,7 +1364,7 @@ mod tests {
             "the leader Service is not created yet"
         );
         // A pass meanwhile sees it pending: it does not send it again.
-        let snap = observe(&now, &ctx.stores, &Default::default(), None);
+        let snap = observe(&now, &ctx, &Default::default(), None);
         assert!(snap.leader_service.is_some(), "pending, so seen");
         assert_eq!(snap.creating.as_deref(), Some(leader_name.as_str()));
         let mut decider = decide::Decider::default();
@@ -1378,13 +1374,13 @@ mod tests {
             "no Ready before the leader Service exists"
         );
         // Once created, the answer is what later passes see until the cache shows it.
-        until_created(&ctx.stores.allocating, "leader", &leader_name).await;
+        until_created(&ctx.allocating, "leader", &leader_name).await;
         let live = services
             .get_opt(&leader_name)
             .await
             .expect("a read")
             .expect("the leader Service");
-        let seen = observe(&now, &ctx.stores, &Default::default(), None);
+        let seen = observe(&now, &ctx, &Default::default(), None);
         assert_eq!(seen.creating, None);
         assert_eq!(
             seen.leader_service.and_then(|s| s.metadata.uid),
@@ -1435,7 +1431,7 @@ mod tests {
         reconcile(Arc::new(created.clone()), ctx.clone())
             .await
             .expect("the first pass succeeds");
-        until_created(&ctx.stores.allocating, "taken", &leader_name).await;
+        until_created(&ctx.allocating, "taken", &leader_name).await;
         let now: Habitat = Api::namespaced(client.clone(), "taken")
             .get("redis")
             .await
@@ -1453,11 +1449,7 @@ mod tests {
             "not taken over: {:?}",
             live.metadata
         );
-        assert!(ctx
-            .stores
-            .allocating
-            .pending("taken", &leader_name)
-            .is_none());
+        assert!(ctx.allocating.pending("taken", &leader_name).is_none());
         sandbox.shutdown().await;
     }
 
@@ -1588,7 +1580,7 @@ mod tests {
         let (sandbox, client) = sandbox_with_crd().await;
         let (_, h) = habitat_in(&client, "gone-pod", None).await;
         let ctx = context(client);
-        let mut snap = observe::observe(&h, &ctx.stores, &Default::default(), None);
+        let mut snap = observe::observe(&h, &ctx, &Default::default(), None);
         let mut pod = k8s_openapi::api::core::v1::Pod::default();
         pod.metadata.name = Some("redis-0".into());
         pod.metadata.namespace = Some("gone-pod".into());

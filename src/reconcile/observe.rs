@@ -10,12 +10,14 @@ use kube::ResourceExt;
 use crate::api::key_name::KeyName;
 use crate::api::{Habitat, MemberStatus, USER_TOML_KEY};
 use crate::cluster::census::Election;
-use crate::reconcile::context::Stores;
+use crate::reconcile::allocating::Allocating;
+use crate::reconcile::context::Context;
 use crate::reconcile::drift::LiveWorkload;
-use crate::reconcile::index;
-use crate::reconcile::recent::Recent;
 use crate::reconcile::ring::{self, KeyState};
 use crate::reconcile::secrets::SecretsView;
+use crate::watch::index;
+use crate::watch::recent::Recent;
+use crate::watch::Stores;
 
 /// What the leader census said in this reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,16 +98,14 @@ where
 /// then names.
 fn service(
     stores: &Stores,
+    allocating: &Allocating,
     h: &Habitat,
     name: &str,
     creating: &mut Option<String>,
 ) -> Option<Service> {
     let seen = || get(&stores.services, &stores.recent.services, h, name);
     seen().or_else(|| {
-        match stores
-            .allocating
-            .pending(&h.namespace().unwrap_or_default(), name)
-        {
+        match allocating.pending(&h.namespace().unwrap_or_default(), name) {
             Some(sent) => {
                 *creating = Some(name.to_string());
                 Some(sent)
@@ -123,10 +123,11 @@ fn service(
 /// the Habitat's ring that the cache may not show yet.
 pub fn observe(
     h: &Habitat,
-    stores: &Stores,
+    ctx: &Context,
     secrets: &SecretsView,
     generated: Option<KeyName>,
 ) -> Snapshot {
+    let stores = &ctx.stores;
     let name = h.name_any();
     let ns = h.namespace().unwrap_or_default();
     let pods_of = |habitat: &str| -> Vec<Pod> {
@@ -172,8 +173,14 @@ pub fn observe(
             h,
             &h.peer_config_name(),
         ),
-        headless: service(stores, h, &name, &mut creating),
-        leader_service: service(stores, h, &h.leader_service_name(), &mut creating),
+        headless: service(stores, &ctx.allocating, h, &name, &mut creating),
+        leader_service: service(
+            stores,
+            &ctx.allocating,
+            h,
+            &h.leader_service_name(),
+            &mut creating,
+        ),
         creating,
         budget: get(&stores.budgets, &recent.budgets, h, &name),
         pods,

@@ -15,9 +15,9 @@ use kube::{Api, Client, ResourceExt};
 use crate::api::key_name::KeyName;
 use crate::api::Habitat;
 use crate::error::Error;
-use crate::reconcile::context::Stores;
-use crate::reconcile::index;
 use crate::reconcile::ring::check_secret;
+use crate::watch::index;
+use crate::watch::Stores;
 
 /// What the operator keeps of one Secret it read: no value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -86,7 +86,6 @@ pub async fn run(client: Client, args: &RunArgs) -> Result<(), RunError> {
         namespace: args.namespace.clone(),
         workers: args.workers,
         resync: std::time::Duration::from_secs(args.resync_seconds),
-        ..Settings::default()
     };
     let signals = signals();
     let mut stop = signals.clone();

@@ -1,22 +1,29 @@
 //! The watch events of this process's own writes, recognised so that they do not wake the
 //! Habitat that wrote them.
 //!
-//! A reconcile that applies a child or writes the Habitat's status already decided with what it
-//! wrote, and goes on (or waits) from there. The watch then delivers the written object: the
-//! cache must take it, but a reconcile woken by it finds the written state and does nothing. On
-//! the way to Ready a standalone Habitat writes its peer ConfigMap twice, its StatefulSet, its
-//! Service and its status twice: without this, each of those woke one more reconcile.
+//! # Flow
 //!
-//! Each write is remembered by the uid of the object and the resourceVersion the server answered.
-//! A watch event (not a relist, not a deletion) of exactly that version is an echo and is dropped
-//! from the triggers; any other version of the object (another writer, a later change) wakes the
-//! Habitat as before and clears the entry. A write that changed nothing answers the version the
-//! watch already delivered: its entry stays until the next event of the object, which it does not
-//! match. At most one entry is kept per object.
+//! A write of a child or of a Habitat's status is remembered ([`Echoes::wrote`]) by the object's
+//! uid and the resourceVersion the server answered. The trigger filter asks [`Echoes::is_echo`]
+//! of every watch event (not a relist, not a deletion): exactly that version is an echo and wakes
+//! nothing; any other version (another writer, a later change) wakes the Habitat as before.
+//! Either way the entry goes.
 //!
-//! An echo can still be needed: a reconcile woken by another event may be handed the Habitat's
-//! copy from before its own status write (the cache lags by milliseconds), and it waits for the
-//! written copy. It says so ([`Echoes::awaited`]), and that echo wakes it.
+//! # Guarantees
+//!
+//! - At most one entry per object, until the object's next event or its deletion.
+//! - Another writer's change is never taken for an echo: its version differs.
+//! - A reconcile handed the copy its own status write replaced (the cache lags by milliseconds)
+//!   waits for the written copy and says so ([`Echoes::awaited`]): that echo wakes it.
+//!
+//! # Caveats
+//!
+//! - kube-runtime has no such filter (its predicates compare an object with its own previous
+//!   version, never with this process's writes). On the way to Ready a standalone Habitat writes
+//!   its peer ConfigMap twice, its StatefulSet, its Service and its status twice: without this,
+//!   each of those woke one more reconcile that found the state it wrote.
+//! - A write that changed nothing answers the version the watch already delivered: its entry
+//!   stays until the object's next event, which it does not match.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -74,22 +81,24 @@ impl Echoes {
         }
         written.remove(uid)
     }
-
-    /// How many writes wait for their echo.
-    pub fn len(&self) -> usize {
-        self.written.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Whether none does.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    impl Echoes {
+        /// How many writes wait for their echo.
+        pub fn len(&self) -> usize {
+            self.written.lock().unwrap_or_else(|p| p.into_inner()).len()
+        }
+
+        /// Whether none does.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    }
 
     fn version(uid: &str, rv: &str) -> ConfigMap {
         let mut cm = ConfigMap::default();

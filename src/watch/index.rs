@@ -1,8 +1,26 @@
-//! Secondary indexes over the reflector caches, fed by the same watch events (the model is
-//! client-go's `Indexer`). kube-runtime's stores are keyed by namespace and name only; without
-//! these, a reconcile or an event mapping walked every pod, Secret or Habitat of the cluster, so
-//! the cost of one Habitat grew with the cluster. Each index maps a key computed from an object
-//! to the references of the objects that have it; the objects stay in the store.
+//! Secondary indexes over the reflector caches, fed by the same watch events (client-go's
+//! `Indexer`).
+//!
+//! # Flow
+//!
+//! Each [`Index`] maps a key computed from an object (`keys_of`) to the references of the
+//! objects that have it; the objects stay in the store. The watch of the kind hands it every
+//! event after the store applied it ([`Index::event`]). Reconciles and event mappings
+//! ([`pod_watchers`], [`referencing`]) look objects up by key.
+//!
+//! # Guarantees
+//!
+//! - A relist replaces the whole index at its end (`InitDone`), as the reflector does its store,
+//!   so that objects deleted while the watch was down go.
+//! - Looking up one Habitat's objects touches only them, never the whole cluster.
+//!
+//! # Caveats
+//!
+//! - kube-runtime's stores are keyed by namespace and name only: without these indexes, a
+//!   reconcile or an event mapping walked every pod, Secret or Habitat of the cluster, and the
+//!   cost of one Habitat grew with the cluster.
+//! - An index may briefly name an object its store does not hold (or the reverse) between the two
+//!   updates: [`Index::objects`] skips references the store no longer has.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -111,20 +129,6 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
                 }
             }
         }
-    }
-
-    /// How many objects the index holds (for tests and debugging).
-    pub fn len(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys
-            .len()
-    }
-
-    /// Whether the index holds no object.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -261,11 +265,64 @@ fn secret_keys(h: &Habitat) -> Vec<String> {
     keys
 }
 
+/// The Habitats a pod matters to: its own, and those that bind to its Habitat's service group
+/// (their peer files name one of its pods). Looked up in the indexes: no walk over all Habitats.
+pub fn pod_watchers(
+    habitats: &Store<Habitat>,
+    index: &Indexes,
+    p: &Pod,
+) -> Vec<ObjectRef<Habitat>> {
+    let (Some(ns), Some(name)) = (p.namespace(), p.labels().get(LABEL_NAME)) else {
+        return vec![];
+    };
+    let own = ObjectRef::new(name).within(&ns);
+    let mut refs = vec![own.clone()];
+    if let Some(own) = habitats.get(&own) {
+        let svc = &own.spec.service;
+        refs.extend(
+            index
+                .habitats_by_bind
+                .refs(&key(&[&ns, &svc.name, &svc.group])),
+        );
+    }
+    refs
+}
+
+/// The Habitats that name a Secret (config, files, ring key) or use its ring.
+pub fn referencing(index: &Indexes, s: &PartialObjectMeta<Secret>) -> Vec<ObjectRef<Habitat>> {
+    let ns = s.namespace().unwrap_or_default();
+    let mut refs = index
+        .habitats_by_secret
+        .refs(&secret_key(&ns, &s.name_any()));
+    if let Some(ring) = s.labels().get(LABEL_RING) {
+        refs.extend(index.habitats_by_secret.refs(&ring_key(&ns, ring)));
+    }
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    refs.dedup();
+    refs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::fixtures::{habitat, HabitatFixture};
     use kube::runtime::reflector;
+
+    impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
+        /// How many objects the index holds.
+        pub fn len(&self) -> usize {
+            self.inner
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys
+                .len()
+        }
+
+        /// Whether the index holds no object.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    }
 
     fn pod(ns: &str, name: &str, habitat: &str) -> Pod {
         let mut p = Pod::default();

@@ -1,28 +1,40 @@
 //! Which watch events wake a Habitat: the objects a watch touched, handed to the Controller.
 //!
-//! Every event updates the cache (the reflector runs before this); not every event is a reason
-//! to reconcile:
+//! # Flow
 //!
-//! - **A list** (at start, or a relist after a watch expired) is held back to its end. The
-//!   reflector fills a list into a buffer and shows it only at `InitDone`, while
-//!   `touched_objects` hands each `InitApply` object on at once: the Controller could look up an
-//!   object created while the watch was down before it is in the store, and drop the request
-//!   (`ObjectNotFound`) with nothing to wake it again. At `InitDone` every object in the cache is
-//!   a trigger ([`Woken::All`]): the cache is the list then, so the list's objects are not kept
-//!   a second time meanwhile. (Kept beside the cache, they made a restart over 1,000
-//!   settled Habitats hold every cached object twice and peak at 87 MiB.)
-//! - **An echo** of this process's own write ([`Echoes`]) is no trigger.
-//! - **An unchanged object** is no trigger: an update after which the object, as the cache keeps
-//!   it (the `slim_*` transforms drop what the reconciler never reads), differs from the last
-//!   version seen only in its resourceVersion. A pod's binding to its node changes only its
-//!   spec, which the cache does not keep; a StatefulSet's status update that moves only its
-//!   `availableReplicas` or `currentRevision` changes nothing the reconciler reads. At N = 1000
-//!   these updates arrive minutes apart, too far apart for the Controller to merge them, and
-//!   each woke a reconcile that found nothing to do.
-//! - **A deletion** always is a trigger.
+//! Every event updates the cache first (the reflector runs before this); then [`Triggers::after`]
+//! says what it wakes:
+//!
+//! - **A list** (at start, or a relist after a watch expired) wakes nothing until its end
+//!   (`InitDone`), then every object in the cache ([`Woken::All`]).
+//! - **An echo** of this process's own write ([`Echoes`]) wakes nothing.
+//! - **An unchanged object** wakes nothing: an update after which the object, as the cache keeps
+//!   it (the [`slim`](super::slim) transforms drop what the reconciler never reads), differs from
+//!   the last version seen only in its resourceVersion.
+//! - **A deletion** always wakes.
 //!
 //! Secrets are cached as metadata only, so a change of their data shows as a resourceVersion
 //! alone: their watch wakes on [`Wake::Every`] event.
+//!
+//! # Guarantees
+//!
+//! - An object woken by a list is in the store: kube's `touched_objects` hands each `InitApply`
+//!   on at once, before the reflector shows the list, and the Controller could look such an
+//!   object up, miss it (`ObjectNotFound`), and drop the request with nothing to wake it again.
+//! - A list's objects are not kept a second time meanwhile (kept beside the cache, they made a
+//!   restart over 1,000 settled Habitats hold every cached object twice and peak at 87 MiB).
+//!
+//! # Caveats
+//!
+//! - kube-runtime's `predicate_filter` does the "unchanged" part, but keeps the name, namespace
+//!   and uid strings and an `Instant` per object, and passes a list's objects one by one; this
+//!   filter keeps 16 bytes per object (two hashes). Two uids whose 64-bit hashes collide and
+//!   whose contents' hashes collide too (an update taken for unchanged) are not a practical
+//!   concern at 10⁴ objects.
+//! - A pod's binding to its node changes only its spec, and a StatefulSet's status update that
+//!   moves only its `availableReplicas` or `currentRevision` nothing the reconciler reads: at
+//!   N = 1000 these arrive minutes apart, too far apart for the Controller to merge them, and
+//!   each woke a reconcile that found nothing to do.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -32,7 +44,7 @@ use kube::runtime::watcher;
 use kube::Resource;
 use serde::Serialize;
 
-use crate::reconcile::echoes::Echoes;
+use crate::watch::echoes::Echoes;
 
 /// Which updates of a watched kind wake a Habitat.
 #[derive(Debug, Clone)]

@@ -1,12 +1,23 @@
 //! The children this process wrote, until the caches show them (client-go's `MutationCache`).
 //!
+//! # Flow
+//!
 //! A reconcile applies a child and gets the server's answer back; the watch delivers the same
-//! object to the cache a little later. A reconcile of the same Habitat that runs in between (woken
-//! by another child's event) would find the cache's older copy, judge the child out of date and
-//! apply it again: a write that changes nothing. So each write is remembered with the version it
-//! replaced, and [`Recent::fresher`] answers the written object while the cache still shows that
-//! version (or, for a create, nothing). Once the cache shows anything else, or after [`TTL`], the
-//! cache is the truth again.
+//! object to the cache a little later. Each write is remembered ([`Recent::record`]) with the
+//! version it replaced, and [`Recent::fresher`] answers the written object while the cache still
+//! shows that version (or, for a create, nothing).
+//!
+//! # Guarantees
+//!
+//! - A reconcile of the same Habitat that runs in between (woken by another child's event) sees
+//!   its write, not the cache's older copy: it does not judge the child out of date and apply it
+//!   again, a write that changes nothing.
+//! - Once the cache shows anything else, or after [`TTL`], the cache is the truth again.
+//!
+//! # Caveats
+//!
+//! - kube-runtime's stores take no writes but the watch's, so the project keeps this beside them.
+//! - Entries are kept in the same slim copy as the caches ([`slim`](super::slim)).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
 //! Watched objects decoded without the parts the operator never reads.
 //!
-//! [`slim`](crate::reconcile::slim) drops those parts once an object is decoded, so that the
+//! [`slim`](crate::watch::slim) drops those parts once an object is decoded, so that the
 //! caches do not keep them. Decoding them first still cost the operator a large part of its CPU:
 //! every list item and watch event carries the object's `managedFields` (whose `fieldsV1` are
 //! decoded into `serde_json::Value` trees), and every pod event its whole spec (containers,
@@ -42,7 +42,7 @@ const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
 
 impl Skip for Pod {
     /// The reconciler reads a pod's metadata, phase, addresses and Ready condition
-    /// ([`slim_pod`](crate::reconcile::slim::slim_pod)).
+    /// ([`slim_pod`](crate::watch::slim::slim_pod)).
     const PATHS: &'static [&'static [&'static str]] = &[
         MANAGED_FIELDS,
         &["spec"],
@@ -54,7 +54,7 @@ impl Skip for Pod {
 
 impl Skip for StatefulSet {
     /// The operator compares the pod template with what it applies, not the claim templates,
-    /// which cannot change ([`slim_statefulset`](crate::reconcile::slim::slim_statefulset)).
+    /// which cannot change ([`slim_statefulset`](crate::watch::slim::slim_statefulset)).
     const PATHS: &'static [&'static [&'static str]] =
         &[MANAGED_FIELDS, &["spec", "volumeClaimTemplates"]];
 }
