@@ -356,7 +356,6 @@ async fn processes_up(agent: &ureq::Agent, ips: &[String]) -> bool {
 /// member departed, within the 30 s issue 53 asks of a crashed pod of a leader group.
 async fn crash_and_serve_again(ground: Ground, leader: bool) {
     use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Patch, PatchParams};
     require_kubectl!();
     let env = env_on!(
         ground,
@@ -401,22 +400,53 @@ async fn crash_and_serve_again(ground: Ground, leader: bool) {
             .and_then(|c| c["local_member_id"].as_str().map(String::from))
             .expect("the victim's member id")
     };
-    // A crash: the pod fails without being deleted (no SIGTERM, no self-departure).
-    env.api::<Pod>()
-        .patch_status(
-            &victim_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": {"phase": "Failed"}})),
-        )
-        .await
-        .expect("mark the pod Failed");
+    // A crash: every process of the container SIGKILLed (no SIGTERM, no self-departure); the
+    // kubelet starts it again in the same pod, as a new member.
+    support::supervisors::crash_container(&env, &victim_name).await;
     let began = Instant::now();
+    wait_for(
+        Duration::from_secs(10),
+        "the victim's container crashed",
+        || {
+            let (a, ip, dead) = (agent.clone(), ip.clone(), dead.clone());
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    census_at(&a, &ip)
+                        .and_then(|c| c["local_member_id"].as_str().map(String::from))
+                        .is_none_or(|id| id != dead)
+                })
+                .await
+                .unwrap_or(false)
+            }
+        },
+    )
+    .await;
     let serve = Duration::from_secs(30);
     wait_for(serve, "the group serving again as one", || {
         whole_group(&env, &agent, name, 3)
     })
     .await;
     let served = began.elapsed();
+    let same = env
+        .api::<Pod>()
+        .get(&victim_name)
+        .await
+        .expect("the crashed pod");
+    let restarts = same
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "habitat-service"))
+        .map(|c| c.restart_count);
+    assert_eq!(
+        (
+            same.metadata.uid.as_deref(),
+            same.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+            restarts
+        ),
+        (victim.metadata.uid.as_deref(), Some(ip.as_str()), Some(1)),
+        "the same pod (uid, IP), its container restarted once"
+    );
     wait_for(
         Duration::from_secs(90),
         "the crashed member departed and the group Ready with 3 alive members",

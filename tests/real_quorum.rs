@@ -406,9 +406,8 @@ async fn kill_and_serve_again(
     let old_leader = survivors_leader(states, pods, "");
     let began = Instant::now();
     match death {
-        Death::Crash => {
-            states.crash(pod);
-        }
+        // Through the nodes, as on simulated supervisors (`tests/quorum.rs`).
+        Death::Crash => support::supervisors::crash_container(env, pod).await,
         Death::SupervisorKilled => {
             states.kill_sup(pod);
         }

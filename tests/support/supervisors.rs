@@ -181,6 +181,22 @@ impl States {
     }
 }
 
+/// Crashes the container of `pod` (in the test's namespace), the same call on both kinds of
+/// supervisor: the nodes SIGKILL every process of it (the supervisor does not depart) and
+/// start it again in the same pod from a fresh filesystem, as a kubelet restarts a container
+/// killed by the OOM killer. It sets the nodes' crash annotation
+/// (`habitat_sandbox::nodes::CRASH_ANNOTATION`) to a new value.
+pub async fn crash_container(env: &super::Env, pod: &str) {
+    use kube::api::{Patch, PatchParams};
+    let token = format!("{}", rand::random::<u64>());
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        habitat_sandbox::nodes::CRASH_ANNOTATION: token}}});
+    env.api::<k8s_openapi::api::core::v1::Pod>()
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("ask the nodes to crash {pod}'s container: {e}"));
+}
+
 /// A member's census from its gateway at `ip` (`/census` on port 9631), None when it does not
 /// answer.
 pub fn census(ip: &str) -> Option<serde_json::Value> {

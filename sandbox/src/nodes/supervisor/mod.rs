@@ -5,8 +5,13 @@
 //! - quorum is `alive > total / 2`, where `total` counts every group member that is Alive or
 //!   Confirmed (dead but not departed) and `alive` those that are Alive (`check_quorum_mlr`);
 //! - a member whose pod is deleted departs itself (the supervisor does on SIGTERM: a member
-//!   rumor with a higher incarnation, so the same id may rejoin); one whose pod crashes (the
-//!   simulated kubelet marks it Failed) stays Confirmed, and counted, until it is departed;
+//!   rumor with a higher incarnation, so the same id may rejoin); one whose container crashes
+//!   ([`super::CRASH_ANNOTATION`]; or whose pod is marked `Failed`) stays Confirmed, and
+//!   counted, until it is departed;
+//! - a crashed container starts again in the same pod (same uid and IP) after the kubelet's
+//!   backoff ([`super::habitat::restart_backoff`]), as a new supervisor from a fresh
+//!   filesystem: a new member (or, with a projected `MEMBER_ID`, the same id cut off, below),
+//!   listed by the others next to the dead one at the same IP, as the real census shows it;
 //! - `hab sup depart ID` through the control gateway on `IP:9632` (module `control`) departs a
 //!   member for good: a supervisor started again with that id never joins (the real one exits
 //!   with code 86);
@@ -258,6 +263,20 @@ struct State {
     /// Pods whose health check may answer otherwise than when [`Hub::take_health_moved`] last
     /// asked: the kubelet's readiness follows them without the pod changing.
     health_moved: Vec<String>,
+    /// Containers that crashed and wait for the kubelet's backoff to start again, by pod uid:
+    /// when they start, and the pod as last seen.
+    restarting: HashMap<String, (Instant, Arc<Value>)>,
+    /// Each pod's container restarts, by uid.
+    restarts: HashMap<String, Restarts>,
+}
+
+/// The restarts of one pod's container.
+#[derive(Debug, Default, Clone)]
+struct Restarts {
+    /// How many times it started again after a crash.
+    count: u32,
+    /// The last [`super::CRASH_ANNOTATION`] value seen on the pod.
+    token: Option<String>,
 }
 
 /// What the nodes observed: every pod, and every ConfigMap (for the peer files).
@@ -372,7 +391,7 @@ pub fn member_for(pod: &Value) -> Option<Member> {
 }
 
 /// Whether a pod that no longer runs stopped gracefully: deleted (the kubelet sends SIGTERM),
-/// as opposed to crashed (the simulated kubelet marks a crash `Failed`; deleting a failed pod
+/// as opposed to crashed (a pod marked `Failed`; deleting a failed pod
 /// afterwards, as its StatefulSet controller does, signals no supervisor).
 fn graceful(pod: Option<&Value>) -> bool {
     pod.is_none_or(|p| meta::is_deleting(p) && p["status"]["phase"] != "Failed")
@@ -428,6 +447,7 @@ impl State {
     /// and departed itself (it no longer counts); otherwise (a crash) it is Confirmed dead, and
     /// still counted. Its last election is kept for a restart with saved data.
     fn stop(&mut self, uid: &str, graceful: bool) {
+        self.restarting.remove(uid);
         if let Some(l) = self.listeners.remove(uid) {
             l.abort();
         }
@@ -454,6 +474,43 @@ impl State {
             }
             self.touch(&id);
         }
+    }
+
+    /// Whether `pod` asks for a crash of its container ([`super::CRASH_ANNOTATION`] has a value
+    /// not seen before) while its supervisor runs. A value seen first on a pod whose container
+    /// the nodes have not started is only remembered.
+    fn crash_asked(&mut self, uid: &str, pod: &Value) -> bool {
+        let Some(token) = pod["metadata"]["annotations"][super::CRASH_ANNOTATION].as_str() else {
+            return false;
+        };
+        let r = self.restarts.entry(uid.to_string()).or_default();
+        if r.token.as_deref() == Some(token) {
+            return false;
+        }
+        r.token = Some(token.to_string());
+        self.by_pod.contains_key(uid)
+    }
+
+    /// The container of pod `uid` crashed: its member is Confirmed dead (no departure), at the
+    /// pod's IP, and the container starts again after the kubelet's backoff, in the same pod,
+    /// as a new supervisor from a fresh filesystem.
+    fn crash(&mut self, uid: &str, pod: &Arc<Value>) {
+        self.stop(uid, false);
+        let r = self.restarts.entry(uid.to_string()).or_default();
+        let backoff = super::habitat::restart_backoff(r.count);
+        r.count += 1;
+        self.restarting
+            .insert(uid.to_string(), (Instant::now() + backoff, pod.clone()));
+    }
+
+    /// The crashed containers whose backoff is over, with their pods as last seen.
+    fn restarts_due(&self) -> Vec<(String, Option<Arc<Value>>)> {
+        let now = Instant::now();
+        self.restarting
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(uid, (_, pod))| (uid.clone(), Some(pod.clone())))
+            .collect()
     }
 
     /// `hab sup depart ID` through a control gateway: a departure rumor, permanent.
@@ -717,25 +774,55 @@ impl Hub {
         std::mem::take(&mut self.state().health_moved)
     }
 
+    /// How many times the container of pod `pod_uid` started again after a crash.
+    pub fn restarts(&self, pod_uid: &str) -> u32 {
+        self.state().restarts.get(pod_uid).map_or(0, |r| r.count)
+    }
+
     /// The pod's supervisor's `--strategy`.
     pub fn strategy(&self, pod_uid: &str) -> Option<Strategy> {
         Self::member_of(&self.state(), pod_uid).map(|m| m.strategy)
     }
 
-    /// The `/census` document as seen by the supervisor of `pod_uid`.
+    /// The `/census` document as seen by the supervisor of `pod_uid`: its own group first,
+    /// then every other service group its ring gossips about (the real census has a
+    /// `census_groups` entry for every group whose rumors reach the member: two Habitats whose
+    /// supervisors share a ring see each other's groups). A cut-off member sees only itself.
     pub fn census(&self, pod_uid: &str) -> Option<Value> {
         let st = self.state();
         let me = Self::member_of(&st, pod_uid)?;
-        let key = me.key();
-        let group = st.groups.get(&key);
-        let peers: Vec<&Member> = st
-            .index
-            .get(&key)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| st.members.get(id))
+        let own = me.key();
+        let mut keys = std::collections::BTreeSet::new();
+        if !me.cut_off && !me.ring.is_empty() {
+            keys.extend(
+                st.links
+                    .ring(&me.ring)
+                    .filter_map(|id| st.members.get(id))
+                    .filter(|m| m.namespace == me.namespace)
+                    .map(Member::key)
+                    .filter(|k| *k != own),
+            );
+        }
+        let groups: Vec<census::Gossiped> = std::iter::once(own)
+            .chain(keys)
+            .map(|key| census::Gossiped {
+                group: st.groups.get(&key),
+                members: st
+                    .index
+                    .get(&key)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| st.members.get(id))
+                    .collect(),
+                service_group: key.1,
+            })
             .collect();
-        Some(census::document(me, group, &peers))
+        Some(census::document(me, &groups))
+    }
+
+    /// The `service.group` the supervisor of `pod_uid` runs.
+    pub fn service_group(&self, pod_uid: &str) -> Option<String> {
+        Self::member_of(&self.state(), pod_uid).map(Member::service_group)
     }
 
     /// One pass over the whole world (`Some((pods, config_maps))`, every pod and ConfigMap the
@@ -745,18 +832,32 @@ impl Hub {
     /// the world; [`Hub::step_changed`] costs what changed.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
         let Some((pods, config_maps)) = world else {
-            elect::tick(&mut self.state());
+            let due = {
+                let mut st = self.state();
+                let due = !st.restarts_due().is_empty();
+                if !due {
+                    elect::tick(&mut st);
+                }
+                due
+            };
+            // A crashed container's backoff is over: it starts again.
+            if due {
+                self.step_changed(&[], &[]);
+            }
             return;
         };
         let mut st = self.state();
         st.reached.clear();
         st.refused.clear();
+        let all: HashSet<&str> = pods.iter().map(|p| meta::uid_of(p)).collect();
+        st.restarts.retain(|uid, _| all.contains(uid.as_str()));
         // Stops first: a supervisor whose pod is gone no longer holds its member id.
         let seen: HashSet<&str> = pods
             .iter()
             .filter(|p| is_running(p))
             .map(|p| meta::uid_of(p))
             .collect();
+        st.restarting.retain(|uid, _| seen.contains(uid.as_str()));
         let gone: Vec<String> = st
             .by_pod
             .keys()
@@ -804,7 +905,13 @@ impl Hub {
             .into_iter()
             .map(|(uid, pod)| (uid, Some(pod)))
             .collect();
+        look.extend(st.restarts_due());
         look.extend(pods.iter().cloned());
+        for (uid, pod) in pods {
+            if pod.is_none() {
+                st.restarts.remove(uid);
+            }
+        }
         // Stops first: a supervisor whose pod is gone no longer holds its member id.
         for (uid, pod) in &look {
             if !pod.as_deref().is_some_and(is_running) {
@@ -841,6 +948,10 @@ impl Hub {
     ) {
         let uid = meta::uid_of(pod);
         let running = is_running(pod);
+        if running && st.crash_asked(uid, pod) {
+            st.crash(uid, pod);
+            return;
+        }
         if st.by_pod.contains_key(uid) {
             if !running {
                 st.stop(uid, graceful(Some(pod)));
@@ -848,7 +959,15 @@ impl Hub {
             return;
         }
         if !running {
+            st.restarting.remove(uid);
             return;
+        }
+        // A crashed container starts again only after its backoff.
+        if let Some((at, _)) = st.restarting.remove(uid) {
+            if Instant::now() < at {
+                st.restarting.insert(uid.to_string(), (at, pod.clone()));
+                return;
+            }
         }
         let Some(m) = member_for(pod) else {
             return;
