@@ -492,7 +492,17 @@ async fn crash_and_serve_again(ground: Ground, leader: bool) {
     );
 }
 
+/// A consumer bound to a producer with `topology: leader` shares its ring: every census lists
+/// both groups, and the operator publishes the producer's leader read from such a census.
+/// `tests/real_supervisors.rs` runs the same case on real supervisors.
+async fn a_bound_leader_group_is_read_from_a_census_of_two_groups(ground: Ground) {
+    require_kubectl!();
+    let env = env_on!(ground, "quorum-bound");
+    support::supervisors::bound_leader_group(&env, timeout(&env)).await;
+}
+
 on_both_grounds!(
+    a_bound_leader_group_is_read_from_a_census_of_two_groups,
     a_crashed_member_is_departed,
     a_crashed_leader_is_departed_and_the_group_serves_again,
     an_image_update_of_three_members,

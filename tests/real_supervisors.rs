@@ -487,34 +487,22 @@ async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() 
     stop_and_check_no_process_left(&mut env, &states);
 }
 
-/// (e) Binds between two Habitats: the consumer's supervisor (`--bind db:postgresql.default`)
-/// gossips with the producer's (the operator's peer file joins them) and starts its service
-/// once the bound group is there: both Ready, and the consumer's census holds the producer's
-/// group with its member alive.
+/// (e) Binds between two Habitats: the consumer's supervisor (`--bind db:redis.default`)
+/// gossips with the producer's, a leader group of 3 (the operator's peer file joins them), and
+/// starts its service once the bound group is there. Every member's census lists both groups,
+/// and the operator publishes the producer's leader read from such a census
+/// ([`support::supervisors::bound_leader_group`], the same case as `tests/quorum.rs` runs on
+/// simulated supervisors).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_habitat_sees_the_group_it_binds_to() {
     let Some((mut env, states)) = start_real("real-bind").await else {
         return;
     };
-    env.apply_example("bind");
-    env.wait_phase("example-bind-db", "Ready", FORM).await;
-    env.wait_phase("example-bind-web", "Ready", FORM).await;
     let began = std::time::Instant::now();
-    loop {
-        let seen = states
-            .container("example-bind-web-0")
-            .and_then(|c| census(&c.ip))
-            .is_some_and(|c| election(&c, "postgresql.default").1.len() == 1);
-        if seen {
-            break;
-        }
-        if began.elapsed() > FORM {
-            panic!(
-                "the consumer's census lacks the bound group:\n{}",
-                diagnose(&env, &states, "example-bind-web", "postgresql.default").await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    support::supervisors::bound_leader_group(&env, FORM).await;
+    eprintln!(
+        "bound leader group on real supervisors: both groups in every census and the leader published in {:.1}s",
+        began.elapsed().as_secs_f64()
+    );
     stop_and_check_no_process_left(&mut env, &states);
 }
