@@ -136,6 +136,7 @@ impl Sandbox {
                 simulate_supervisors: opts.simulate_supervisors,
                 pod_ready_delay: opts.pod_ready_delay,
                 namespace: None,
+                ..Default::default()
             },
             opts.real_supervisors.clone(),
         )

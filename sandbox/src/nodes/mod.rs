@@ -67,6 +67,8 @@ pub struct Options {
     pub pod_ready_delay: Duration,
     /// Only the pods of this namespace (default: every namespace).
     pub namespace: Option<String>,
+    /// The simulated supervisors' gossip delays (default: [`supervisor::Gossip::from_env`]).
+    pub gossip: supervisor::Gossip,
 }
 
 impl Default for Options {
@@ -75,6 +77,7 @@ impl Default for Options {
             simulate_supervisors: true,
             pod_ready_delay: Duration::from_millis(300),
             namespace: None,
+            gossip: supervisor::Gossip::from_env(),
         }
     }
 }
@@ -464,7 +467,7 @@ impl Nodes {
             JsonMirror::tracking_changes(),
         );
         let hub = (opts.simulate_supervisors && real.is_none())
-            .then(|| Arc::new(supervisor::Hub::default()));
+            .then(|| Arc::new(supervisor::Hub::new(opts.gossip)));
         let mut extra_tasks = Vec::new();
         let real = match real {
             Some(cfg) => {

@@ -3,7 +3,8 @@
 use super::{Election, Group, Health, Member, GATEWAY_PORT};
 use serde_json::{json, Map, Value};
 
-fn member_json(m: &Member, g: &Group, ip: &str) -> Value {
+fn member_json(m: &Member, g: &Group, ip: &str, now: std::time::Instant) -> Value {
+    let health = m.seen_health(now);
     let (status, leader) = (g.status, g.leader_id.as_deref());
     let (update_status, update_leader) = (g.update_status, g.update_leader_id.as_deref());
     let mut parts = m.package.split('/');
@@ -25,19 +26,19 @@ fn member_json(m: &Member, g: &Group, ip: &str) -> Value {
         "org": null,
         "persistent": true,
         "leader": is_leader,
-        "follower": leader.is_some() && !is_leader && m.health != Health::Departed,
+        "follower": leader.is_some() && !is_leader && health != Health::Departed,
         "update_leader": is_update_leader,
-        "update_follower": update_leader.is_some() && !is_update_leader && m.health != Health::Departed,
+        "update_follower": update_leader.is_some() && !is_update_leader && health != Health::Departed,
         "election_is_running": status == Election::InProgress,
         "election_is_no_quorum": status == Election::NoQuorum,
         "election_is_finished": status == Election::Finished,
         "update_election_is_running": update_status == Election::InProgress,
         "update_election_is_no_quorum": update_status == Election::NoQuorum,
         "update_election_is_finished": update_status == Election::Finished,
-        "alive": m.health == Health::Alive,
-        "suspect": false,
-        "confirmed": m.health == Health::Confirmed,
-        "departed": m.health == Health::Departed,
+        "alive": health == Health::Alive,
+        "suspect": health == Health::Suspect,
+        "confirmed": health == Health::Confirmed,
+        "departed": health == Health::Departed,
         "sys": {
             "ip": ip, "hostname": m.pod, "gossip_ip": ip, "gossip_port": 9638,
             "http_gateway_ip": "0.0.0.0", "http_gateway_port": GATEWAY_PORT,
@@ -65,6 +66,9 @@ pub struct Gossiped<'a> {
 /// real census does.
 pub fn document(me: &Member, groups: &[Gossiped<'_>]) -> Value {
     let own = me.service_group();
+    let now = std::time::Instant::now();
+    // Cut off, or still joining its ring: it sees only itself, with no finished election.
+    let alone = me.cut_off || me.joining(now);
     let census_groups: Map<String, Value> = groups
         .iter()
         .map(|gossiped| {
@@ -77,7 +81,7 @@ pub fn document(me: &Member, groups: &[Gossiped<'_>]) -> Value {
                         g.leader_id = leader.clone();
                     }
                 }
-                if me.cut_off {
+                if alone {
                     g.status = Election::InProgress;
                     g.leader_id = None;
                     g.update_status = Election::None;
@@ -88,14 +92,14 @@ pub fn document(me: &Member, groups: &[Gossiped<'_>]) -> Value {
             let population: Map<String, Value> = gossiped
                 .members
                 .iter()
-                .filter(|m| !me.cut_off || m.member_id == me.member_id)
+                .filter(|m| !alone || m.member_id == me.member_id)
                 .map(|m| {
                     let ip = if m.member_id == me.member_id {
                         &m.ip
                     } else {
                         m.listed_ip.as_ref().unwrap_or(&m.ip)
                     };
-                    (m.member_id.clone(), member_json(m, g, ip))
+                    (m.member_id.clone(), member_json(m, g, ip, now))
                 })
                 .collect();
             let sg = &gossiped.service_group;

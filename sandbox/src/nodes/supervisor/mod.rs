@@ -27,9 +27,13 @@
 //!   leader or a lost quorum restarts them. Groups run with `--strategy rolling` also hold
 //!   update elections by the same rules.
 //!
-//! Simplifications: SWIM's Suspect phase is skipped (a crashed pod's member is Confirmed at
-//! once, where the real one takes 4 to 10 s to be Suspect and about 9 s more to be Confirmed);
-//! a self-departure always arrives (the real one is best effort); a departure through the
+//! The gossip layer's delays are named ([`Gossip`]): with [`Gossip::REAL`] an unclean death is
+//! noticed as the real one is (listed alive, then Suspect, then Confirmed), a new supervisor
+//! takes its join and its hooks' time, and elections take seconds; with [`Gossip::FAST`], the
+//! default, all of it happens at once or in [`ELECTION_DURATION`].
+//!
+//! Simplifications: a new member is listed by the others as soon as it starts (the real one
+//! reaches their census within its join); a self-departure always arrives (the real one is best effort); a departure through the
 //! control gateway shows in every census at once (the real census may go on showing the member
 //! Confirmed until the next membership change); the control secret is not checked against the
 //! pod's (the simulated nodes do not read Secrets).
@@ -49,8 +53,70 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
-/// How long an election runs before it finishes.
+/// How long an election runs before it finishes, in the fast setting ([`Gossip::FAST`]).
 pub const ELECTION_DURATION: Duration = Duration::from_millis(200);
+
+/// The gossip layer's delays, named: how long an election runs, how long the others take to
+/// notice an unclean death, and how long a new supervisor takes to join. Two settings:
+/// [`Gossip::REAL`], the real supervisor's as measured (facts §7, `../habitat/README.md`), and
+/// [`Gossip::FAST`], 10 to 20 times faster, the default, for the many-Habitat runs (the scale
+/// bench, `tests/forget.rs`, the sandbox's own runs) and most scenarios. The nodes take the
+/// setting from [`Gossip::ENV`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gossip {
+    /// How long an election runs before it finishes (real: about 3 s, the last part of a
+    /// failover; 3.8 to 4.4 s after a SIGTERM with the departure's spread).
+    pub election: Duration,
+    /// How long after an unclean death the others still list the member alive: SWIM's failed
+    /// ping and ping-req rounds (real: 4 to 10 s).
+    pub suspect_after: Duration,
+    /// How long the others then list it `suspect` before `confirmed` (real: about 9.3 s, three
+    /// protocol periods). A dead leader is replaced only once it is confirmed.
+    pub confirm_after: Duration,
+    /// How long a new supervisor takes to join its ring: until then its own census shows only
+    /// itself with no finished election, and its hooks do not run (real: about 4 s).
+    pub join: Duration,
+    /// How long after it joined its service's process is up (its hooks ran: the health check
+    /// passes): real, about 2 s (census complete about 4 s, service up about 6 s).
+    pub hooks: Duration,
+}
+
+impl Gossip {
+    /// The real supervisor's delays (habitat 2.1.78, measured on loopback).
+    pub const REAL: Gossip = Gossip {
+        election: Duration::from_secs(3),
+        suspect_after: Duration::from_secs(7),
+        confirm_after: Duration::from_millis(9_300),
+        join: Duration::from_secs(4),
+        hooks: Duration::from_secs(2),
+    };
+    /// The fast setting: elections of [`ELECTION_DURATION`], deaths noticed and joins done at
+    /// once.
+    pub const FAST: Gossip = Gossip {
+        election: ELECTION_DURATION,
+        suspect_after: Duration::ZERO,
+        confirm_after: Duration::ZERO,
+        join: Duration::ZERO,
+        hooks: Duration::ZERO,
+    };
+    /// The environment variable that picks the setting of the nodes: `real` for
+    /// [`Gossip::REAL`], anything else (or unset) for [`Gossip::FAST`].
+    pub const ENV: &'static str = "HABITAT_SANDBOX_GOSSIP";
+
+    /// The setting [`Gossip::ENV`] names.
+    pub fn from_env() -> Gossip {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("real") => Gossip::REAL,
+            _ => Gossip::FAST,
+        }
+    }
+}
+
+impl Default for Gossip {
+    fn default() -> Self {
+        Gossip::FAST
+    }
+}
 /// How long departed members stay in the census.
 pub const DEPARTED_TTL: Duration = Duration::from_secs(120);
 /// The HTTP gateway port.
@@ -64,6 +130,9 @@ pub const STALE_ELECTION: Duration = Duration::from_secs(1);
 pub enum Health {
     /// Alive.
     Alive,
+    /// Dead, and the others' pings to it failed: counted in `total` for quorum, not alive; a
+    /// leader still leads. Only ever seen ([`Member::seen_health`]), never kept.
+    Suspect,
     /// Confirmed dead: still counted in `total` for quorum.
     Confirmed,
     /// Departed (excluded from quorum).
@@ -186,6 +255,13 @@ pub struct Member {
     /// whatever addresses they know (measured with the real supervisor: a consumer bound to a
     /// producer of another ring never joins it, `tests/real_quorum.rs`).
     pub gossip_key: Option<String>,
+    /// After an unclean death, until when the others still list it alive and then suspect
+    /// ([`Gossip::suspect_after`], [`Gossip::confirm_after`]); None when noticed at once.
+    pub noticed: Option<(Instant, Instant)>,
+    /// Until when it is joining its ring ([`Gossip::join`]).
+    pub joining_until: Option<Instant>,
+    /// Not before when its hooks run ([`Gossip::join`] and [`Gossip::hooks`] after it started).
+    pub hooks_at: Option<Instant>,
 }
 
 impl Member {
@@ -201,6 +277,35 @@ impl Member {
 
     fn key(&self) -> GroupKey {
         (self.scope(), self.service_group())
+    }
+
+    /// Its health as the other members see it at `now`: a member that died uncleanly is
+    /// Confirmed, but listed alive, then suspect, until the others notice ([`Member::noticed`]).
+    pub fn seen_health(&self, now: Instant) -> Health {
+        match (self.health, self.noticed) {
+            (Health::Confirmed, Some((suspect, _))) if now < suspect => Health::Alive,
+            (Health::Confirmed, Some((_, confirmed))) if now < confirmed => Health::Suspect,
+            (h, _) => h,
+        }
+    }
+
+    /// Whether it is still joining its ring at `now`.
+    pub fn joining(&self, now: Instant) -> bool {
+        self.joining_until.is_some_and(|t| now < t)
+    }
+
+    /// Whether its hooks may run at `now` (it joined, and the hooks' delay passed).
+    pub fn hooks_may_run(&self, now: Instant) -> bool {
+        !self.joining(now) && self.hooks_at.is_none_or(|t| now >= t)
+    }
+
+    /// The instants after `now` at which it changes without anything else changing.
+    fn deadlines(&self, now: Instant) -> impl Iterator<Item = Instant> {
+        let (s, c) = self.noticed.unzip();
+        [s, c, self.joining_until, self.hooks_at]
+            .into_iter()
+            .flatten()
+            .filter(move |t| *t > now)
     }
 }
 
@@ -268,6 +373,8 @@ struct State {
     restarting: HashMap<String, (Instant, Arc<Value>)>,
     /// Each pod's container restarts, by uid.
     restarts: HashMap<String, Restarts>,
+    /// The gossip layer's delays.
+    gossip: Gossip,
 }
 
 /// The restarts of one pod's container.
@@ -387,6 +494,9 @@ pub fn member_for(pod: &Value) -> Option<Member> {
         listed_ip: None,
         stale_election: None,
         gossip_key: arg(c, "--ring"),
+        noticed: None,
+        joining_until: None,
+        hooks_at: None,
     })
 }
 
@@ -466,7 +576,18 @@ impl State {
                         m.departed_at = Some(Instant::now());
                     } else {
                         m.health = Health::Confirmed;
+                        let g = self.gossip;
+                        let now = Instant::now();
+                        m.noticed =
+                            (g.suspect_after + g.confirm_after > Duration::ZERO).then(|| {
+                                (
+                                    now + g.suspect_after,
+                                    now + g.suspect_after + g.confirm_after,
+                                )
+                            });
                     }
+                    m.joining_until = None;
+                    m.hooks_at = None;
                     m.stale_election = seen.map(|(s, l)| (Instant::now(), s, l));
                     self.links.leave(m);
                     self.dead.insert(id.clone());
@@ -551,6 +672,9 @@ impl State {
         if m.disk.is_some() {
             self.persisted.insert(id.clone());
         }
+        let g = self.gossip;
+        m.joining_until = (g.join > Duration::ZERO).then(|| Instant::now() + g.join);
+        m.hooks_at = (g.join + g.hooks > Duration::ZERO).then(|| Instant::now() + g.join + g.hooks);
         let new = match self.members.get_mut(&id) {
             // Two running supervisors with one id: the second never joins.
             Some(old) if old.health == Health::Alive => return None,
@@ -562,6 +686,9 @@ impl State {
             Some(old) => {
                 self.health_moved.push(m.pod_uid.clone());
                 old.cut_off = old.health == Health::Confirmed && m.disk.is_none();
+                old.noticed = None;
+                old.joining_until = m.joining_until;
+                old.hooks_at = m.hooks_at;
                 if old.ip != m.ip {
                     old.listed_ip = Some(old.listed_ip.take().unwrap_or_else(|| old.ip.clone()));
                 }
@@ -616,9 +743,10 @@ impl State {
             if group.len() < 2 || elect::has_quorum(&group, true) {
                 continue;
             }
+            let now = Instant::now();
             let lowest = group
                 .iter()
-                .filter(|m| m.health == Health::Confirmed)
+                .filter(|m| m.seen_health(now) == Health::Confirmed)
                 .map(|m| m.member_id.clone())
                 .min();
             if let Some(m) = lowest.and_then(|id| self.members.get_mut(&id)) {
@@ -643,7 +771,7 @@ impl State {
             .iter()
             .filter_map(|id| self.members.get(id))
             .filter(|m| match m.health {
-                Health::Alive => false,
+                Health::Alive | Health::Suspect => false,
                 Health::Confirmed => !live(m),
                 Health::Departed => {
                     !live(m) || m.departed_at.is_some_and(|t| t.elapsed() >= DEPARTED_TTL)
@@ -755,6 +883,16 @@ impl State {
 }
 
 impl Hub {
+    /// Supervisors whose gossip takes `gossip`'s delays.
+    pub fn new(gossip: Gossip) -> Self {
+        Hub {
+            state: Mutex::new(State {
+                gossip,
+                ..State::default()
+            }),
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -793,7 +931,7 @@ impl Hub {
         let me = Self::member_of(&st, pod_uid)?;
         let own = me.key();
         let mut keys = std::collections::BTreeSet::new();
-        if !me.cut_off && !me.ring.is_empty() {
+        if !me.cut_off && !me.joining(Instant::now()) && !me.ring.is_empty() {
             keys.extend(
                 st.links
                     .ring(&me.ring)

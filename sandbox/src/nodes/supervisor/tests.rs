@@ -29,6 +29,9 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         listed_ip: None,
         stale_election: None,
         gossip_key: None,
+        noticed: None,
+        joining_until: None,
+        hooks_at: None,
     }
 }
 
@@ -1335,5 +1338,115 @@ async fn the_census_lists_every_group_of_the_ring() {
     assert_eq!(theirs["population"].as_object().map(|p| p.len()), Some(3));
     assert_eq!(mine["population"].as_object().map(|p| p.len()), Some(1));
     assert_eq!(hub.service_group("w0").as_deref(), Some("web.default"));
+    hub.shutdown();
+}
+
+/// Facts §6 and §7, the gossip delays ([`Gossip`]), here scaled down: after an unclean death
+/// the others list the member alive for `suspect_after`, then suspect for `confirm_after`
+/// (counted, and a leader still leads), then confirmed, and only then is a dead leader
+/// replaced; a new supervisor sees only itself, with no finished election and no hooks run,
+/// for `join`.
+#[tokio::test]
+async fn deaths_are_noticed_and_joins_done_after_the_gossip_delays() {
+    let gossip = Gossip {
+        election: Duration::from_millis(100),
+        suspect_after: Duration::from_millis(400),
+        confirm_after: Duration::from_millis(400),
+        join: Duration::from_millis(300),
+        hooks: Duration::from_millis(300),
+    };
+    let hub = Arc::new(Hub::new(gossip));
+    let ip = |i: u8| format!("127.250.13.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    hub.step(Some((&pods, &peer_file(&ip(2)))));
+    let joining = hub.census("u0").expect("a census");
+    assert_eq!(
+        joining["census_groups"]["redis.default"]["population"]
+            .as_object()
+            .map(|p| p.len()),
+        Some(1),
+        "joining: only itself"
+    );
+    assert!(!hub.healthy("u0"));
+    std::thread::sleep(gossip.join + Duration::from_millis(20));
+    hub.step(None);
+    std::thread::sleep(gossip.election + Duration::from_millis(20));
+    hub.step(None);
+    let (status, leader, alive, _) = census_of(&hub, "u0");
+    assert_eq!((status.as_str(), alive), ("ElectionFinished", 3));
+    assert!(
+        !hub.healthy("u0"),
+        "joined and elected, its hooks not run yet"
+    );
+    std::thread::sleep(gossip.hooks);
+    hub.step(None);
+    assert!(hub.healthy("u0"), "its hooks ran");
+    let leader = leader.expect("a leader");
+    let (leader_uid, survivor) = {
+        let doc = hub.census("u0").expect("census");
+        let ip = doc["census_groups"]["redis.default"]["population"][&leader]["sys"]["ip"]
+            .as_str()
+            .expect("ip")
+            .to_string();
+        let i = pods
+            .iter()
+            .position(|p| p["status"]["podIP"] == ip.as_str())
+            .expect("the leader's pod");
+        (format!("u{i}"), format!("u{}", (i + 1) % 3))
+    };
+    let health = |hub: &Hub| {
+        let doc = hub.census(&survivor).expect("census");
+        let m = &doc["census_groups"]["redis.default"]["population"][&leader];
+        (
+            m["alive"] == true,
+            m["suspect"] == true,
+            m["confirmed"] == true,
+        )
+    };
+    let world: Vec<Arc<Value>> = pods
+        .iter()
+        .map(|p| {
+            if meta::uid_of(p) == leader_uid {
+                crashed(p)
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    hub.step(Some((&world, &peer_file(&ip(2)))));
+    assert_eq!(health(&hub), (true, false, false), "not noticed yet");
+    std::thread::sleep(gossip.suspect_after + Duration::from_millis(20));
+    hub.step(None);
+    assert_eq!(health(&hub), (false, true, false), "suspect");
+    let (status, still, alive, total) = census_of(&hub, &survivor);
+    assert_eq!(
+        (status.as_str(), still.as_deref(), alive, total),
+        ("ElectionFinished", Some(leader.as_str()), 2, 3),
+        "a suspect leader still leads"
+    );
+    std::thread::sleep(gossip.confirm_after + Duration::from_millis(20));
+    hub.step(None);
+    assert_eq!(health(&hub), (false, false, true), "confirmed");
+    assert_eq!(census_of(&hub, &survivor).0, "ElectionInProgress");
+    std::thread::sleep(gossip.election + Duration::from_millis(20));
+    hub.step(None);
+    let (status, new, _, _) = census_of(&hub, &survivor);
+    assert_eq!(status, "ElectionFinished");
+    assert_ne!(
+        new.as_deref(),
+        Some(leader.as_str()),
+        "a confirmed leader is replaced"
+    );
+    assert_eq!(Hub::default().state().gossip, Gossip::FAST);
     hub.shutdown();
 }
