@@ -283,6 +283,37 @@ async fn ready_with_leader(env: &Env, name: &str, size: i32) -> bool {
             .any(|c| c.type_ == "LeaderElected" && c.status == "True")
 }
 
+/// The restarts of `pod`'s `habitat-service` container, as its status says.
+async fn pod_restarts(env: &Env, pod: &str) -> i32 {
+    env.api::<Pod>()
+        .get(pod)
+        .await
+        .ok()
+        .and_then(|p| p.status)
+        .and_then(|s| s.container_statuses)
+        .and_then(|cs| cs.into_iter().find(|c| c.name == "habitat-service"))
+        .map_or(0, |c| c.restart_count)
+}
+
+/// Whether `pod` is Ready with its container restarted since it had `restarts`.
+async fn pod_ready_after(env: &Env, pod: &str, restarts: i32) -> bool {
+    let Ok(p) = env.api::<Pod>().get(pod).await else {
+        return false;
+    };
+    let status = p.status.unwrap_or_default();
+    let restarted = status
+        .container_statuses
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.name == "habitat-service" && c.restart_count > restarts);
+    restarted
+        && status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 /// Whether an Event `MemberDeparted` names `id`.
 async fn departed_event(env: &Env, id: &str) -> bool {
     env.events().await.iter().any(|e| {
@@ -404,16 +435,18 @@ async fn kill_and_serve_again(
     let before = states.container(pod).expect("a running container");
     let dead = member_id(&before.ip).expect("the member's id");
     let old_leader = survivors_leader(states, pods, "");
+    let restarts_before = pod_restarts(env, pod).await;
     let began = Instant::now();
     match death {
-        Death::Crash => {
-            states.crash(pod);
-        }
+        // Through the nodes, as on simulated supervisors (`tests/quorum.rs`).
+        Death::Crash => support::supervisors::crash_container(env, pod).await,
         Death::SupervisorKilled => {
             states.kill_sup(pod);
         }
     }
     let (mut serve, mut failover, mut departed, mut ready) = (None, None, None, None);
+    // When the pod is Ready again with its restarted container: the operator's next pass.
+    let mut pod_ready = None;
     let was_leader = old_leader.as_deref() == Some(dead.as_str());
     loop {
         let at = began.elapsed();
@@ -430,6 +463,9 @@ async fn kill_and_serve_again(
             && survivors_leader(states, pods, pod).is_some_and(|l| l != dead)
         {
             failover = Some(at);
+        }
+        if pod_ready.is_none() && pod_ready_after(env, pod, restarts_before).await {
+            pod_ready = Some(at);
         }
         if departed.is_none() && departed_event(env, &dead).await {
             departed = Some(at);
@@ -457,9 +493,10 @@ async fn kill_and_serve_again(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let windows = sampler.window(began);
     eprintln!(
-        "{what}: serves again {:.1}s, departed {}s, Ready {:.1}s, no election {:.1}s, \
-         no running leader {:.1}s",
+        "{what}: serves again {:.1}s, pod Ready again {}s, departed {}s, Ready {:.1}s, \
+         no election {:.1}s, no running leader {:.1}s",
         serve.as_secs_f64(),
+        secs(pod_ready),
         secs(departed),
         ready.unwrap_or_default().as_secs_f64(),
         windows.no_election.as_secs_f64(),

@@ -387,6 +387,215 @@ async fn members_with_a_generated_ring_key_form_a_ring() {
     stop_and_check_no_process_left(&mut env, &states);
 }
 
+/// A real ring key made by `hab ring key generate RING` (the binary of
+/// `HABITAT_SUPERVISOR_BIN`, its key cache in a temporary directory): the key's name
+/// (`RING-YYYYMMDDhhmmss`) and the key file's content.
+fn real_ring_key(ring: &str) -> (String, String) {
+    let bin = support::supervisors::bin().expect("the supervisor's binaries");
+    let cache = tempfile::tempdir().expect("a key cache");
+    let out = std::process::Command::new(bin.join("hab"))
+        .args(["ring", "key", "generate", ring])
+        .env("HAB_CACHE_KEY_PATH", cache.path())
+        .env("HAB_LICENSE", "accept-no-persist")
+        .env("HAB_NOCOLORING", "true")
+        .output()
+        .expect("run hab ring key generate");
+    assert!(
+        out.status.success(),
+        "hab ring key generate {ring}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = std::fs::read_dir(cache.path())
+        .expect("the key cache")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".sym.key"))
+        .expect("a .sym.key file in the cache");
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".sym.key"))
+        .expect("a key file name")
+        .to_string();
+    let content = std::fs::read_to_string(&file).expect("the key file");
+    (name, content)
+}
+
+/// The names of the ring keys in `pod`'s key cache.
+fn cached_keys(states: &States, pod: &str) -> Vec<String> {
+    let Some(c) = states.container(pod) else {
+        return vec![];
+    };
+    std::fs::read_dir(c.fs_root.join("hab/cache/keys"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|k| k.ends_with(".sym.key"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The alive members of `sg` in the census of `pod`'s member, None when it does not answer.
+fn alive_in(states: &States, pod: &str, sg: &str) -> Option<usize> {
+    let c = census(&states.container(pod)?.ip)?;
+    Some(election(&c, sg).1.len())
+}
+
+/// (g) A user-supplied ring key (`spec.service.ringSecretName`): two real keys of one ring,
+/// made by `hab ring key generate` a second apart, each in the Secret the user makes. A leader
+/// group of 3 on the first key gossips and elects with it (the key, and no other, in each
+/// member's cache); a consumer bound to that group on the second key, gossiping to its
+/// address all along, never appears in its census nor it in the consumer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_ring_key_elects_and_a_member_with_another_key_stays_out() {
+    use k8s_openapi::api::core::v1::Secret;
+    let Some((mut env, states)) = start_real("real-user-ring").await else {
+        return;
+    };
+    let (first, first_key) = real_ring_key("userring");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (second, second_key) = real_ring_key("userring");
+    assert_ne!(first, second, "two revisions of the ring's key");
+    for (name, key) in [(&first, &first_key), (&second, &second_key)] {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "stringData": {"ring-key": key},
+        }))
+        .expect("a Secret");
+        env.api::<Secret>()
+            .create(&Default::default(), &secret)
+            .await
+            .expect("create the user's ring key Secret");
+    }
+    let began = std::time::Instant::now();
+    env.apply_yaml(&format!(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: keyed}}\nspec:\n  \
+         image: kinvolk/redis-hab:v1\n  count: 3\n  service:\n    name: redis\n    \
+         topology: leader\n    ringSecretName: {first}\n"
+    ));
+    env.wait_phase("keyed", "Ready", FORM).await;
+    let pods = ["keyed-0", "keyed-1", "keyed-2"];
+    let leader = loop {
+        let leaders: std::collections::BTreeSet<Option<String>> = pods
+            .iter()
+            .map(|pod| {
+                states
+                    .container(pod)
+                    .and_then(|c| census(&c.ip))
+                    .map(|c| election(&c, "redis.default"))
+                    .filter(|(_, alive)| alive.len() == 3)
+                    .and_then(|(leader, _)| leader)
+            })
+            .collect();
+        if leaders.len() == 1 {
+            if let Some(Some(l)) = leaders.into_iter().next() {
+                break l;
+            }
+        }
+        if began.elapsed() > FORM {
+            panic!(
+                "the group on the user's key did not elect:\n{}",
+                diagnose(&env, &states, "keyed", "redis.default").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let elected = began.elapsed();
+    for pod in pods {
+        assert_eq!(
+            cached_keys(&states, pod),
+            [format!("{first}.sym.key")],
+            "{pod}: the user's key, and only it, in the cache"
+        );
+    }
+    let published = env
+        .habitats()
+        .get("keyed")
+        .await
+        .expect("the Habitat")
+        .status
+        .unwrap_or_default();
+    assert!(
+        published.ring_secret_name.as_deref() == Some(first.as_str()),
+        "the status names the user's key: {:?}",
+        published.ring_secret_name
+    );
+
+    env.apply_yaml(&format!(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {{name: intruder}}\nspec:\n  \
+         image: kinvolk/bindgo-hab\n  count: 1\n  service:\n    name: go-app\n    \
+         ringSecretName: {second}\n    bind:\n      - {{name: db, service: redis, group: default}}\n"
+    ));
+    states
+        .wait_container("intruder-0", FORM, "runs", |_| true)
+        .await;
+    assert_eq!(
+        cached_keys(&states, "intruder-0"),
+        [format!("{second}.sym.key")],
+        "the intruder has the ring's other key"
+    );
+    // It gossips to the group's addresses: its peer file names them.
+    let group_ips: Vec<String> = pods
+        .iter()
+        .filter_map(|p| states.container(p).map(|c| c.ip))
+        .collect();
+    wait_for(
+        FORM,
+        "the group's address in the intruder's peer file",
+        || {
+            let peers = states
+                .container("intruder-0")
+                .and_then(|c| {
+                    std::fs::read_to_string(c.fs_root.join("habitat-operator/peer/peer-ip")).ok()
+                })
+                .unwrap_or_default();
+            let ok = peers
+                .lines()
+                .any(|l| group_ips.iter().any(|ip| l.trim() == ip));
+            async move { ok }
+        },
+    )
+    .await;
+    let watched = std::time::Instant::now();
+    // As long as the group took to elect, and at least 15 s (a join takes about 4 s).
+    while watched.elapsed() < elected.max(Duration::from_secs(15)) {
+        for pod in pods {
+            assert_eq!(
+                alive_in(&states, pod, "go-app.default").unwrap_or(0),
+                0,
+                "the member with another key is in {pod}'s census"
+            );
+        }
+        assert_eq!(
+            alive_in(&states, "intruder-0", "redis.default").unwrap_or(0),
+            0,
+            "the group is in the census of the member with another key"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        alive_in(&states, "intruder-0", "go-app.default").is_some(),
+        "the member with another key answers its census:\n{}",
+        diagnose(&env, &states, "intruder", "go-app.default").await
+    );
+    let after = states
+        .container("keyed-0")
+        .and_then(|c| census(&c.ip))
+        .map(|c| election(&c, "redis.default"));
+    assert_eq!(
+        after.as_ref().map(|(l, alive)| (l.clone(), alive.len())),
+        Some((Some(leader), 3)),
+        "the group still elects alone"
+    );
+    eprintln!(
+        "user ring key: the group of 3 elected in {:.1}s; the member with another key stayed out for {:.1}s",
+        elected.as_secs_f64(),
+        watched.elapsed().as_secs_f64()
+    );
+    stop_and_check_no_process_left(&mut env, &states);
+}
+
 /// Whether `pod` is Ready, as its status says.
 async fn pod_ready(env: &Env, pod: &str) -> bool {
     env.api::<Pod>().get(pod).await.ok().is_some_and(|p| {
@@ -487,34 +696,22 @@ async fn a_pod_follows_its_health_check_and_restarts_when_its_supervisor_dies() 
     stop_and_check_no_process_left(&mut env, &states);
 }
 
-/// (e) Binds between two Habitats: the consumer's supervisor (`--bind db:postgresql.default`)
-/// gossips with the producer's (the operator's peer file joins them) and starts its service
-/// once the bound group is there: both Ready, and the consumer's census holds the producer's
-/// group with its member alive.
+/// (e) Binds between two Habitats: the consumer's supervisor (`--bind db:redis.default`)
+/// gossips with the producer's, a leader group of 3 (the operator's peer file joins them), and
+/// starts its service once the bound group is there. Every member's census lists both groups,
+/// and the operator publishes the producer's leader read from such a census
+/// ([`support::supervisors::bound_leader_group`], the same case as `tests/quorum.rs` runs on
+/// simulated supervisors).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_habitat_sees_the_group_it_binds_to() {
     let Some((mut env, states)) = start_real("real-bind").await else {
         return;
     };
-    env.apply_example("bind");
-    env.wait_phase("example-bind-db", "Ready", FORM).await;
-    env.wait_phase("example-bind-web", "Ready", FORM).await;
     let began = std::time::Instant::now();
-    loop {
-        let seen = states
-            .container("example-bind-web-0")
-            .and_then(|c| census(&c.ip))
-            .is_some_and(|c| election(&c, "postgresql.default").1.len() == 1);
-        if seen {
-            break;
-        }
-        if began.elapsed() > FORM {
-            panic!(
-                "the consumer's census lacks the bound group:\n{}",
-                diagnose(&env, &states, "example-bind-web", "postgresql.default").await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    support::supervisors::bound_leader_group(&env, FORM).await;
+    eprintln!(
+        "bound leader group on real supervisors: both groups in every census and the leader published in {:.1}s",
+        began.elapsed().as_secs_f64()
+    );
     stop_and_check_no_process_left(&mut env, &states);
 }

@@ -130,6 +130,7 @@ impl Ground {
                         simulate_supervisors: true,
                         pod_ready_delay: Duration::ZERO,
                         namespace: None,
+                        gossip: nodes::supervisor::Gossip::FAST,
                     },
                 )
                 .await

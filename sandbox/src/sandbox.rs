@@ -2,7 +2,7 @@
 
 use crate::meta;
 use crate::server::{self, App};
-use crate::store::{DeleteOptions, Store};
+use crate::store::Store;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -87,7 +87,6 @@ pub struct Sandbox {
     tasks: Vec<JoinHandle<()>>,
     sim: crate::sim::Simulation,
     nodes: crate::nodes::Nodes,
-    delete_delay: Duration,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -137,6 +136,7 @@ impl Sandbox {
                 simulate_supervisors: opts.simulate_supervisors,
                 pod_ready_delay: opts.pod_ready_delay,
                 namespace: None,
+                ..Default::default()
             },
             opts.real_supervisors.clone(),
         )
@@ -147,7 +147,6 @@ impl Sandbox {
             tasks,
             sim,
             nodes,
-            delete_delay: opts.pod_ready_delay,
         })
     }
 
@@ -228,38 +227,19 @@ impl Sandbox {
         Ok(format!("{kind}/{}/{name}", ns.unwrap_or_default()))
     }
 
-    /// Crash a pod: it goes Failed and not ready at once (its supervisor stops serving and
-    /// becomes `confirmed`), then it is deleted (by its StatefulSet controller, like a real
-    /// one does with failed pods, or after `pod_ready_delay` otherwise) and replaced.
+    /// Crash a pod's container: every process of it dies at once (its supervisor does not
+    /// depart and stays `confirmed` in the others' census), then the kubelet starts the
+    /// container again in the same pod, from a fresh filesystem, as a real one does
+    /// ([`crate::nodes::CRASH_ANNOTATION`]).
     pub async fn kill_pod(&self, namespace: &str, name: &str) -> Result<(), Error> {
-        let uid = {
-            let mut inner = self.store.lock();
-            let rt = inner
-                .resource("", "v1", "pods")
-                .ok_or_else(|| Error::Manifest("pods are not served".into()))?;
-            let mut pod = inner.get(&rt, Some(namespace), name)?;
-            crate::nodes::kubelet::mark_failed(&mut pod);
-            let pod = inner.update(&rt, Some(namespace), name, pod, true)?;
-            meta::uid_of(&pod).to_string()
-        };
-        let store = self.store.clone();
-        let (ns, name) = (namespace.to_string(), name.to_string());
-        let delay = self.delete_delay;
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let mut inner = store.lock();
-            let Some(rt) = inner.resource("", "v1", "pods") else {
-                return;
-            };
-            let opts = DeleteOptions {
-                grace_period: Some(0),
-                precondition_uid: Some(uid),
-                ..Default::default()
-            };
-            if let Err(e) = inner.delete(&rt, Some(&ns), &name, &opts) {
-                tracing::debug!("kill_pod cleanup of {ns}/{name}: {e}");
-            }
-        });
+        let mut inner = self.store.lock();
+        let rt = inner
+            .resource("", "v1", "pods")
+            .ok_or_else(|| Error::Manifest("pods are not served".into()))?;
+        let mut pod = inner.get(&rt, Some(namespace), name)?;
+        pod["metadata"]["annotations"][crate::nodes::CRASH_ANNOTATION] =
+            serde_json::json!(meta::hex32());
+        inner.update(&rt, Some(namespace), name, pod, false)?;
         Ok(())
     }
 

@@ -303,7 +303,7 @@ async fn census_and_leader_reelection_after_kill_pod() {
     let c = census(&other_ip).await.expect("census");
     let pop = &c["census_groups"]["redis.default"]["population"];
     // Habitat keeps a dead member Confirmed, counted for quorum, until it departs (after 3
-    // days); its replacement joined a group that had quorum, so nothing was departed: 3 alive
+    // days); its container's new member joined a group that had quorum, so nothing was departed: 3 alive
     // of 4 counted (facts §6).
     assert_eq!(
         (

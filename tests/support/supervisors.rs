@@ -181,6 +181,22 @@ impl States {
     }
 }
 
+/// Crashes the container of `pod` (in the test's namespace), the same call on both kinds of
+/// supervisor: the nodes SIGKILL every process of it (the supervisor does not depart) and
+/// start it again in the same pod from a fresh filesystem, as a kubelet restarts a container
+/// killed by the OOM killer. It sets the nodes' crash annotation
+/// (`habitat_sandbox::nodes::CRASH_ANNOTATION`) to a new value.
+pub async fn crash_container(env: &super::Env, pod: &str) {
+    use kube::api::{Patch, PatchParams};
+    let token = format!("{}", rand::random::<u64>());
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        habitat_sandbox::nodes::CRASH_ANNOTATION: token}}});
+    env.api::<k8s_openapi::api::core::v1::Pod>()
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("ask the nodes to crash {pod}'s container: {e}"));
+}
+
 /// A member's census from its gateway at `ip` (`/census` on port 9631), None when it does not
 /// answer.
 pub fn census(ip: &str) -> Option<serde_json::Value> {
@@ -277,4 +293,103 @@ fn comm(pid: i32) -> Option<String> {
 fn kill(signal: &str, pids: &[i32]) {
     let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
     let _ = Command::new("kill").arg(signal).args(&pids).status();
+}
+
+/// A producer with `topology: leader` (3 members) and a standalone consumer bound to it, the
+/// same manifest on either kind of supervisor.
+pub const BOUND_LEADER_GROUP: &str = "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: bound-db}\nspec:\n  image: kinvolk/redis-hab:v1\n  count: 3\n  service: {name: redis, topology: leader}\n---\napiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: bound-web}\nspec:\n  image: kinvolk/bindgo-hab\n  count: 1\n  service:\n    name: go-app\n    bind: [{name: db, service: redis, group: default}]\n";
+
+/// What the census of every pod of [`BOUND_LEADER_GROUP`] shows, when it shows the ring whole:
+/// each one's `census_groups` holds both groups (the real census lists every group whose
+/// rumors reach the member), the producer's group with its 3 members alive and one finished
+/// election; returns the producer's leader id and its IP. None until then.
+pub async fn bound_ring_whole(env: &super::Env) -> Option<(String, String)> {
+    let mut ips = vec![];
+    for habitat in ["bound-db", "bound-web"] {
+        for p in env.pods(habitat).await {
+            ips.push(p.status.and_then(|s| s.pod_ip)?);
+        }
+    }
+    if ips.len() != 4 {
+        return None;
+    }
+    let censuses = tokio::task::spawn_blocking(move || {
+        ips.iter().map(|ip| census(ip)).collect::<Option<Vec<_>>>()
+    })
+    .await
+    .ok()??;
+    let mut leaders = std::collections::BTreeSet::new();
+    for c in &censuses {
+        let groups = &c["census_groups"];
+        groups.get("go-app.default")?;
+        for g in ["go-app.default", "redis.default"] {
+            if groups[g]["local_member_id"] != c["local_member_id"] {
+                return None;
+            }
+        }
+        let (leader, alive) = election(c, "redis.default");
+        if alive.len() != 3 {
+            return None;
+        }
+        leaders.insert(leader?);
+    }
+    let leader = leaders.pop_first().filter(|_| leaders.is_empty())?;
+    let ip = censuses[0]["census_groups"]["redis.default"]["population"][&leader]["sys"]["ip"]
+        .as_str()?
+        .to_string();
+    Some((leader, ip))
+}
+
+/// The case of [`BOUND_LEADER_GROUP`], on either kind of supervisor: once each census lists
+/// both groups ([`bound_ring_whole`]), the operator publishes the producer's leader (the pod
+/// at its leader's IP) with `LeaderElected=True`, read from such a census, and no leader for
+/// the consumer.
+pub async fn bound_leader_group(env: &super::Env, timeout: Duration) {
+    env.apply_yaml(BOUND_LEADER_GROUP);
+    env.wait_phase("bound-db", "Ready", timeout).await;
+    env.wait_phase("bound-web", "Ready", timeout).await;
+    let began = Instant::now();
+    let (leader, ip) = loop {
+        if let Some(seen) = bound_ring_whole(env).await {
+            break seen;
+        }
+        assert!(
+            began.elapsed() < timeout,
+            "the censuses never listed both groups with the producer's election"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let leader_pod = env
+        .pods("bound-db")
+        .await
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip.as_str()))
+        .and_then(|p| p.metadata.name)
+        .unwrap_or_else(|| panic!("no producer pod at the leader {leader}'s IP {ip}"));
+    let published = |name: &'static str| {
+        let api = env.habitats();
+        async move {
+            let st = api.get(name).await.ok()?.status?;
+            let elected = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "LeaderElected")
+                .map(|c| c.status.clone());
+            Some((st.leader, elected))
+        }
+    };
+    let began = Instant::now();
+    loop {
+        let db = published("bound-db").await;
+        if db == Some((Some(leader_pod.clone()), Some("True".to_string()))) {
+            break;
+        }
+        assert!(
+            began.elapsed() < timeout,
+            "bound-db publishes {db:?}, not its leader {leader_pod} ({leader} at {ip})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let web = published("bound-web").await.expect("bound-web's status");
+    assert_eq!(web.0, None, "a standalone consumer has no leader");
 }

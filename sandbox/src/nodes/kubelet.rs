@@ -296,6 +296,17 @@ impl Planner {
         })
     }
 
+    /// The restarts of a Habitat pod's container and the exit code of its last run, from its
+    /// real container or its simulated supervisor (a crash there is a SIGKILL: 137).
+    fn restarts(&self, pod: &Pod) -> Option<(i32, Option<i32>)> {
+        if let Some(view) = self.real_view(pod) {
+            return Some((view.restarts, view.last_exit));
+        }
+        let hub = self.hub.as_ref().filter(|_| probes_supervisor(pod))?;
+        let n = hub.restarts(pod.metadata.uid.as_deref().unwrap_or_default());
+        Some((i32::try_from(n).unwrap_or(i32::MAX), (n > 0).then_some(137)))
+    }
+
     fn ready(&self, pod: &Pod) -> bool {
         if let Some(view) = self.real_view(pod) {
             return view.ready;
@@ -353,8 +364,8 @@ impl Planner {
             Some("Running") => {
                 let ready = self.ready(pod);
                 let restarted = self
-                    .real_view(pod)
-                    .is_some_and(|v| restart_count(pod) != v.restarts);
+                    .restarts(pod)
+                    .is_some_and(|(n, _)| restart_count(pod) != n);
                 (pod_is_ready(pod) != ready || restarted).then_some(Action::SetReady(ready))
             }
             _ => None,
@@ -369,9 +380,7 @@ impl Planner {
                     let ip = self.ips.allocate(&pod.uid().unwrap_or_default());
                     Some(self.started_status(pod, ip))
                 }
-                Action::SetReady(ready) => {
-                    Some(readiness_status(pod, ready, self.real_view(pod).as_ref()))
-                }
+                Action::SetReady(ready) => Some(readiness_status(pod, ready, self.restarts(pod))),
                 _ => None,
             };
             work.push((pod.clone(), action, status));
@@ -553,20 +562,22 @@ fn restart_count(pod: &Pod) -> i32 {
         .map_or(0, |c| c.restart_count)
 }
 
-/// The status of a running pod whose readiness became `ready` (and, with a real container,
-/// whose restarts are those of `real`).
-fn readiness_status(pod: &Pod, ready: bool, real: Option<&View>) -> Value {
+/// The status of a running pod whose readiness became `ready` (and, for a Habitat pod, whose
+/// container restarted `restarts.0` times, last exiting with `restarts.1`).
+fn readiness_status(pod: &Pod, ready: bool, restarts: Option<(i32, Option<i32>)>) -> Value {
     let mut value = json!({"status": pod.status});
     set_condition(&mut value, "Ready", ready);
     set_condition(&mut value, "ContainersReady", ready);
     if let Some(cs) = value["status"]["containerStatuses"].as_array_mut() {
         for c in cs {
             c["ready"] = json!(ready);
-            if let Some(v) = real.filter(|_| c["name"] == super::habitat::CONTAINER) {
-                if c["restartCount"].as_i64() != Some(i64::from(v.restarts)) {
-                    c["restartCount"] = json!(v.restarts);
+            if let Some((count, last_exit)) =
+                restarts.filter(|_| c["name"] == super::habitat::CONTAINER)
+            {
+                if c["restartCount"].as_i64() != Some(i64::from(count)) {
+                    c["restartCount"] = json!(count);
                     c["state"] = json!({"running": {"startedAt": meta::now()}});
-                    if let Some(code) = v.last_exit {
+                    if let Some(code) = last_exit {
                         c["lastState"] = json!({"terminated": {"exitCode": code,
                             "reason": "Error", "finishedAt": meta::now()}});
                     }

@@ -31,6 +31,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+/// The pod annotation a test sets, to a new value each time, to crash the pod's container:
+/// its processes die at once (SIGKILL: the supervisor does not depart) and the kubelet starts
+/// the container again in the same pod (same name, uid and IP, `restartCount` one more) from a
+/// fresh filesystem, as after an OOM kill. A real kubelet ignores it. A value the nodes find
+/// on a pod whose container they have not started yet (the nodes restarted) crashes nothing.
+pub const CRASH_ANNOTATION: &str = "sandbox.habitat.sh/crash";
+
 /// How often the nodes step without a change (readiness and elections also follow the clock).
 pub const TICK: Duration = Duration::from_millis(50);
 /// How long a burst of changes may gather before the nodes step once for all of them.
@@ -60,6 +67,8 @@ pub struct Options {
     pub pod_ready_delay: Duration,
     /// Only the pods of this namespace (default: every namespace).
     pub namespace: Option<String>,
+    /// The simulated supervisors' gossip delays (default: [`supervisor::Gossip::from_env`]).
+    pub gossip: supervisor::Gossip,
 }
 
 impl Default for Options {
@@ -68,6 +77,7 @@ impl Default for Options {
             simulate_supervisors: true,
             pod_ready_delay: Duration::from_millis(300),
             namespace: None,
+            gossip: supervisor::Gossip::from_env(),
         }
     }
 }
@@ -457,7 +467,7 @@ impl Nodes {
             JsonMirror::tracking_changes(),
         );
         let hub = (opts.simulate_supervisors && real.is_none())
-            .then(|| Arc::new(supervisor::Hub::default()));
+            .then(|| Arc::new(supervisor::Hub::new(opts.gossip)));
         let mut extra_tasks = Vec::new();
         let real = match real {
             Some(cfg) => {

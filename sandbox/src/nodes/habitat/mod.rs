@@ -56,6 +56,15 @@ pub const STEP: Duration = Duration::from_millis(200);
 pub const BACKOFF_START: Duration = Duration::from_secs(1);
 /// The longest wait before a crashed container starts again.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(8);
+
+/// How long a container that crashed `crashes` times before waits to start again: the
+/// kubelet's CrashLoopBackOff doubling, from [`BACKOFF_START`] up to [`BACKOFF_CAP`]. The
+/// simulated supervisors' containers wait as long.
+pub fn restart_backoff(crashes: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(1 << crashes.min(8))
+        .min(BACKOFF_CAP)
+}
 /// How long a pod being deleted has to stop when it names no grace period.
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 /// How long the nodes' shutdown waits for the supervisors to depart before SIGKILL.
@@ -263,6 +272,8 @@ struct Run {
     dir: PathBuf,
     incarnations: u32,
     crashes: u32,
+    /// The last [`super::CRASH_ANNOTATION`] value seen on the pod.
+    crash_token: Option<String>,
     view: View,
     current: Option<Incarnation>,
     next_start: Instant,
@@ -346,6 +357,7 @@ impl Runtime {
                         dir,
                         incarnations: 0,
                         crashes: 0,
+                        crash_token: None,
                         view: View::default(),
                         current: None,
                         next_start: Instant::now(),
@@ -449,6 +461,24 @@ impl Run {
     }
 
     fn step(&mut self, pod: &Pod, deleting: bool, w: &Watched, cfg: &Config, root: &Path) {
+        // A test asks for a crash: SIGKILL to every process of the container (a value seen
+        // before the container started crashes nothing). The exit is seen as any other.
+        let token = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::CRASH_ANNOTATION));
+        if token != self.crash_token.as_ref() {
+            self.crash_token = token.cloned();
+            if let Some(c) = self.current.as_ref().filter(|_| !deleting) {
+                tracing::info!(
+                    "real supervisors: {}/{} crashed on request",
+                    self.namespace,
+                    self.name
+                );
+                process::signal_session(c.sid, libc::SIGKILL);
+            }
+        }
         // The launcher exited: a crash (or the end of a deletion).
         let exited = match &mut self.current {
             Some(c) => match c.launcher.try_wait() {
@@ -470,9 +500,7 @@ impl Run {
             self.view.ready = false;
             self.view.last_exit = Some(code);
             if !deleting {
-                let backoff = BACKOFF_START
-                    .saturating_mul(1 << self.crashes.min(8))
-                    .min(BACKOFF_CAP);
+                let backoff = restart_backoff(self.crashes);
                 self.crashes += 1;
                 self.next_start = Instant::now() + backoff;
                 tracing::info!(

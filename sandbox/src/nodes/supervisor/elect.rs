@@ -1,18 +1,24 @@
 //! Leader and update elections, one per service group of a ring (facts §6, from
 //! `butterfly/src/server.rs` and `butterfly/src/rumor/election.rs`).
 
-use super::{Election, Health, Member, State, Strategy, ELECTION_DURATION};
-use std::time::Instant;
+use super::{Election, Health, Member, State, Strategy};
+use std::time::{Duration, Instant};
 
 /// `check_quorum_mlr`: `alive > total / 2` (integer division), where `total` counts the members
-/// that are Alive or Confirmed (Departed ones are excluded) and `alive` the Alive ones. A lone
-/// supervisor that never gossiped (`gossiped` false) has no entry of its own and no quorum.
+/// that are Alive, Suspect or Confirmed (Departed ones are excluded) and `alive` the Alive ones,
+/// as the others see them ([`Member::seen_health`]: a member dead but not noticed yet still
+/// counts alive). A lone supervisor that never gossiped (`gossiped` false) has no entry of its
+/// own and no quorum.
 pub(super) fn has_quorum(group: &[&Member], gossiped: bool) -> bool {
+    let now = Instant::now();
     let total = group
         .iter()
-        .filter(|m| m.health != Health::Departed)
+        .filter(|m| m.seen_health(now) != Health::Departed)
         .count();
-    let alive = group.iter().filter(|m| m.health == Health::Alive).count();
+    let alive = group
+        .iter()
+        .filter(|m| m.seen_health(now) == Health::Alive)
+        .count();
     (gossiped || alive >= 2) && alive > total / 2
 }
 
@@ -23,16 +29,21 @@ struct Race<'a> {
     until: &'a mut Option<Instant>,
 }
 
-/// Advances one election. A finished election stands while its leader is alive and the group
-/// has quorum; a dead leader or a lost quorum restarts it (`term + 1` for a dead leader). A
-/// running election finishes after [`ELECTION_DURATION`], won by the previous leader when it is
-/// alive (it re-enters with suitability `u64::MAX`), otherwise by the highest member id.
-/// Returns true when a dead leader restarted it.
-fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> bool {
-    let leader_alive = race
-        .leader
-        .as_ref()
-        .is_some_and(|l| alive.iter().any(|m| m.member_id == *l));
+/// Advances one election. A finished election stands while its leader is not seen confirmed
+/// dead (`leads`: alive or suspect, facts §6) and the group has quorum; a dead leader or a lost
+/// quorum restarts it (`term + 1` for a dead leader). A running election finishes after
+/// `lasts`, won by the previous leader when it is alive (it re-enters with suitability
+/// `u64::MAX`), otherwise by the highest id among the `alive` members. Returns true when a dead
+/// leader restarted it.
+fn advance(
+    race: Race<'_>,
+    quorum: bool,
+    alive: &[&Member],
+    leads: &dyn Fn(&str) -> bool,
+    now: Instant,
+    lasts: Duration,
+) -> bool {
+    let leader_alive = race.leader.as_deref().is_some_and(leads);
     if !quorum {
         *race.status = Election::NoQuorum;
         *race.until = None;
@@ -52,7 +63,7 @@ fn advance(race: Race<'_>, quorum: bool, alive: &[&Member], now: Instant) -> boo
         }
         previous => {
             *race.status = Election::InProgress;
-            *race.until = Some(now + ELECTION_DURATION);
+            *race.until = Some(now + lasts);
             previous == Election::Finished
         }
     }
@@ -84,6 +95,7 @@ pub(super) fn run(st: &mut State) {
     let mut finished: Vec<&String> = Vec::new();
     let mut visit = std::mem::take(&mut st.dirty);
     visit.extend(std::mem::take(&mut st.running));
+    let lasts = st.gossip.election;
     let State {
         members,
         groups,
@@ -106,6 +118,17 @@ pub(super) fn run(st: &mut State) {
             .collect();
         g.gossiped |= alive.len() >= 2;
         let quorum = has_quorum(&members, g.gossiped);
+        // A leader leads while the others see it alive or suspect.
+        let leads = |id: &str| {
+            members.iter().any(|m| {
+                m.member_id == id && matches!(m.seen_health(now), Health::Alive | Health::Suspect)
+            })
+        };
+        // A death not noticed yet, or a member still joining, moves the group later.
+        for t in members.iter().flat_map(|m| m.deadlines(now)) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+            running.insert(key.clone());
+        }
         let leader_topology = members.iter().any(|m| m.leader_topology);
         if leader_topology {
             let restarted = advance(
@@ -116,7 +139,9 @@ pub(super) fn run(st: &mut State) {
                 },
                 quorum,
                 &alive,
+                &leads,
                 now,
+                lasts,
             );
             if restarted {
                 g.term += 1;
@@ -134,7 +159,9 @@ pub(super) fn run(st: &mut State) {
                 },
                 quorum,
                 &alive,
+                &leads,
                 now,
+                lasts,
             );
         } else {
             g.update_status = Election::None;
@@ -155,7 +182,7 @@ pub(super) fn run(st: &mut State) {
         // A cut-off member sees no election of its own: its hooks never run.
         if let Some(m) = members
             .get_mut(id)
-            .filter(|m| m.health == Health::Alive && !m.cut_off)
+            .filter(|m| m.health == Health::Alive && !m.cut_off && m.hooks_may_run(now))
         {
             if !m.started {
                 health_moved.push(m.pod_uid.clone());

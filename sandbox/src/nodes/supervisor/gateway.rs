@@ -69,10 +69,13 @@ async fn services(State((hub, uid)): State<Ctx>) -> Response {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let strategy = hub.strategy(&uid).unwrap_or_default().as_str();
+    // The services this supervisor runs: its own group, not the others its census knows.
+    let own = hub.service_group(&uid);
     let groups: Vec<serde_json::Value> = c["census_groups"]
         .as_object()
         .into_iter()
         .flatten()
+        .filter(|(sg, _)| own.as_deref() == Some(sg.as_str()))
         .map(|(sg, g)| {
             json!({"service_group": sg, "last_election_status": g["election_status"],
                 "health_check": if hub.healthy(&uid) { "Ok" } else { "Unknown" },

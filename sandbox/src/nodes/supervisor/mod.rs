@@ -5,8 +5,13 @@
 //! - quorum is `alive > total / 2`, where `total` counts every group member that is Alive or
 //!   Confirmed (dead but not departed) and `alive` those that are Alive (`check_quorum_mlr`);
 //! - a member whose pod is deleted departs itself (the supervisor does on SIGTERM: a member
-//!   rumor with a higher incarnation, so the same id may rejoin); one whose pod crashes (the
-//!   simulated kubelet marks it Failed) stays Confirmed, and counted, until it is departed;
+//!   rumor with a higher incarnation, so the same id may rejoin); one whose container crashes
+//!   ([`super::CRASH_ANNOTATION`]; or whose pod is marked `Failed`) stays Confirmed, and
+//!   counted, until it is departed;
+//! - a crashed container starts again in the same pod (same uid and IP) after the kubelet's
+//!   backoff ([`super::habitat::restart_backoff`]), as a new supervisor from a fresh
+//!   filesystem: a new member (or, with a projected `MEMBER_ID`, the same id cut off, below),
+//!   listed by the others next to the dead one at the same IP, as the real census shows it;
 //! - `hab sup depart ID` through the control gateway on `IP:9632` (module `control`) departs a
 //!   member for good: a supervisor started again with that id never joins (the real one exits
 //!   with code 86);
@@ -22,9 +27,13 @@
 //!   leader or a lost quorum restarts them. Groups run with `--strategy rolling` also hold
 //!   update elections by the same rules.
 //!
-//! Simplifications: SWIM's Suspect phase is skipped (a crashed pod's member is Confirmed at
-//! once, where the real one takes 4 to 10 s to be Suspect and about 9 s more to be Confirmed);
-//! a self-departure always arrives (the real one is best effort); a departure through the
+//! The gossip layer's delays are named ([`Gossip`]): with [`Gossip::REAL`] an unclean death is
+//! noticed as the real one is (listed alive, then Suspect, then Confirmed), a new supervisor
+//! takes its join and its hooks' time, and elections take seconds; with [`Gossip::FAST`], the
+//! default, all of it happens at once or in [`ELECTION_DURATION`].
+//!
+//! Simplifications: a new member is listed by the others as soon as it starts (the real one
+//! reaches their census within its join); a self-departure always arrives (the real one is best effort); a departure through the
 //! control gateway shows in every census at once (the real census may go on showing the member
 //! Confirmed until the next membership change); the control secret is not checked against the
 //! pod's (the simulated nodes do not read Secrets).
@@ -44,8 +53,70 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
-/// How long an election runs before it finishes.
+/// How long an election runs before it finishes, in the fast setting ([`Gossip::FAST`]).
 pub const ELECTION_DURATION: Duration = Duration::from_millis(200);
+
+/// The gossip layer's delays, named: how long an election runs, how long the others take to
+/// notice an unclean death, and how long a new supervisor takes to join. Two settings:
+/// [`Gossip::REAL`], the real supervisor's as measured (facts §7, `../habitat/README.md`), and
+/// [`Gossip::FAST`], 10 to 20 times faster, the default, for the many-Habitat runs (the scale
+/// bench, `tests/forget.rs`, the sandbox's own runs) and most scenarios. The nodes take the
+/// setting from [`Gossip::ENV`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gossip {
+    /// How long an election runs before it finishes (real: about 3 s, the last part of a
+    /// failover; 3.8 to 4.4 s after a SIGTERM with the departure's spread).
+    pub election: Duration,
+    /// How long after an unclean death the others still list the member alive: SWIM's failed
+    /// ping and ping-req rounds (real: 4 to 10 s).
+    pub suspect_after: Duration,
+    /// How long the others then list it `suspect` before `confirmed` (real: about 9.3 s, three
+    /// protocol periods). A dead leader is replaced only once it is confirmed.
+    pub confirm_after: Duration,
+    /// How long a new supervisor takes to join its ring: until then its own census shows only
+    /// itself with no finished election, and its hooks do not run (real: about 4 s).
+    pub join: Duration,
+    /// How long after it joined its service's process is up (its hooks ran: the health check
+    /// passes): real, about 2 s (census complete about 4 s, service up about 6 s).
+    pub hooks: Duration,
+}
+
+impl Gossip {
+    /// The real supervisor's delays (habitat 2.1.78, measured on loopback).
+    pub const REAL: Gossip = Gossip {
+        election: Duration::from_secs(3),
+        suspect_after: Duration::from_secs(7),
+        confirm_after: Duration::from_millis(9_300),
+        join: Duration::from_secs(4),
+        hooks: Duration::from_secs(2),
+    };
+    /// The fast setting: elections of [`ELECTION_DURATION`], deaths noticed and joins done at
+    /// once.
+    pub const FAST: Gossip = Gossip {
+        election: ELECTION_DURATION,
+        suspect_after: Duration::ZERO,
+        confirm_after: Duration::ZERO,
+        join: Duration::ZERO,
+        hooks: Duration::ZERO,
+    };
+    /// The environment variable that picks the setting of the nodes: `real` for
+    /// [`Gossip::REAL`], anything else (or unset) for [`Gossip::FAST`].
+    pub const ENV: &'static str = "HABITAT_SANDBOX_GOSSIP";
+
+    /// The setting [`Gossip::ENV`] names.
+    pub fn from_env() -> Gossip {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("real") => Gossip::REAL,
+            _ => Gossip::FAST,
+        }
+    }
+}
+
+impl Default for Gossip {
+    fn default() -> Self {
+        Gossip::FAST
+    }
+}
 /// How long departed members stay in the census.
 pub const DEPARTED_TTL: Duration = Duration::from_secs(120);
 /// The HTTP gateway port.
@@ -59,6 +130,9 @@ pub const STALE_ELECTION: Duration = Duration::from_secs(1);
 pub enum Health {
     /// Alive.
     Alive,
+    /// Dead, and the others' pings to it failed: counted in `total` for quorum, not alive; a
+    /// leader still leads. Only ever seen ([`Member::seen_health`]), never kept.
+    Suspect,
     /// Confirmed dead: still counted in `total` for quorum.
     Confirmed,
     /// Departed (excluded from quorum).
@@ -181,6 +255,13 @@ pub struct Member {
     /// whatever addresses they know (measured with the real supervisor: a consumer bound to a
     /// producer of another ring never joins it, `tests/real_quorum.rs`).
     pub gossip_key: Option<String>,
+    /// After an unclean death, until when the others still list it alive and then suspect
+    /// ([`Gossip::suspect_after`], [`Gossip::confirm_after`]); None when noticed at once.
+    pub noticed: Option<(Instant, Instant)>,
+    /// Until when it is joining its ring ([`Gossip::join`]).
+    pub joining_until: Option<Instant>,
+    /// Not before when its hooks run ([`Gossip::join`] and [`Gossip::hooks`] after it started).
+    pub hooks_at: Option<Instant>,
 }
 
 impl Member {
@@ -196,6 +277,35 @@ impl Member {
 
     fn key(&self) -> GroupKey {
         (self.scope(), self.service_group())
+    }
+
+    /// Its health as the other members see it at `now`: a member that died uncleanly is
+    /// Confirmed, but listed alive, then suspect, until the others notice ([`Member::noticed`]).
+    pub fn seen_health(&self, now: Instant) -> Health {
+        match (self.health, self.noticed) {
+            (Health::Confirmed, Some((suspect, _))) if now < suspect => Health::Alive,
+            (Health::Confirmed, Some((_, confirmed))) if now < confirmed => Health::Suspect,
+            (h, _) => h,
+        }
+    }
+
+    /// Whether it is still joining its ring at `now`.
+    pub fn joining(&self, now: Instant) -> bool {
+        self.joining_until.is_some_and(|t| now < t)
+    }
+
+    /// Whether its hooks may run at `now` (it joined, and the hooks' delay passed).
+    pub fn hooks_may_run(&self, now: Instant) -> bool {
+        !self.joining(now) && self.hooks_at.is_none_or(|t| now >= t)
+    }
+
+    /// The instants after `now` at which it changes without anything else changing.
+    fn deadlines(&self, now: Instant) -> impl Iterator<Item = Instant> {
+        let (s, c) = self.noticed.unzip();
+        [s, c, self.joining_until, self.hooks_at]
+            .into_iter()
+            .flatten()
+            .filter(move |t| *t > now)
     }
 }
 
@@ -258,6 +368,22 @@ struct State {
     /// Pods whose health check may answer otherwise than when [`Hub::take_health_moved`] last
     /// asked: the kubelet's readiness follows them without the pod changing.
     health_moved: Vec<String>,
+    /// Containers that crashed and wait for the kubelet's backoff to start again, by pod uid:
+    /// when they start, and the pod as last seen.
+    restarting: HashMap<String, (Instant, Arc<Value>)>,
+    /// Each pod's container restarts, by uid.
+    restarts: HashMap<String, Restarts>,
+    /// The gossip layer's delays.
+    gossip: Gossip,
+}
+
+/// The restarts of one pod's container.
+#[derive(Debug, Default, Clone)]
+struct Restarts {
+    /// How many times it started again after a crash.
+    count: u32,
+    /// The last [`super::CRASH_ANNOTATION`] value seen on the pod.
+    token: Option<String>,
 }
 
 /// What the nodes observed: every pod, and every ConfigMap (for the peer files).
@@ -368,11 +494,14 @@ pub fn member_for(pod: &Value) -> Option<Member> {
         listed_ip: None,
         stale_election: None,
         gossip_key: arg(c, "--ring"),
+        noticed: None,
+        joining_until: None,
+        hooks_at: None,
     })
 }
 
 /// Whether a pod that no longer runs stopped gracefully: deleted (the kubelet sends SIGTERM),
-/// as opposed to crashed (the simulated kubelet marks a crash `Failed`; deleting a failed pod
+/// as opposed to crashed (a pod marked `Failed`; deleting a failed pod
 /// afterwards, as its StatefulSet controller does, signals no supervisor).
 fn graceful(pod: Option<&Value>) -> bool {
     pod.is_none_or(|p| meta::is_deleting(p) && p["status"]["phase"] != "Failed")
@@ -428,6 +557,7 @@ impl State {
     /// and departed itself (it no longer counts); otherwise (a crash) it is Confirmed dead, and
     /// still counted. Its last election is kept for a restart with saved data.
     fn stop(&mut self, uid: &str, graceful: bool) {
+        self.restarting.remove(uid);
         if let Some(l) = self.listeners.remove(uid) {
             l.abort();
         }
@@ -446,7 +576,18 @@ impl State {
                         m.departed_at = Some(Instant::now());
                     } else {
                         m.health = Health::Confirmed;
+                        let g = self.gossip;
+                        let now = Instant::now();
+                        m.noticed =
+                            (g.suspect_after + g.confirm_after > Duration::ZERO).then(|| {
+                                (
+                                    now + g.suspect_after,
+                                    now + g.suspect_after + g.confirm_after,
+                                )
+                            });
                     }
+                    m.joining_until = None;
+                    m.hooks_at = None;
                     m.stale_election = seen.map(|(s, l)| (Instant::now(), s, l));
                     self.links.leave(m);
                     self.dead.insert(id.clone());
@@ -454,6 +595,43 @@ impl State {
             }
             self.touch(&id);
         }
+    }
+
+    /// Whether `pod` asks for a crash of its container ([`super::CRASH_ANNOTATION`] has a value
+    /// not seen before) while its supervisor runs. A value seen first on a pod whose container
+    /// the nodes have not started is only remembered.
+    fn crash_asked(&mut self, uid: &str, pod: &Value) -> bool {
+        let Some(token) = pod["metadata"]["annotations"][super::CRASH_ANNOTATION].as_str() else {
+            return false;
+        };
+        let r = self.restarts.entry(uid.to_string()).or_default();
+        if r.token.as_deref() == Some(token) {
+            return false;
+        }
+        r.token = Some(token.to_string());
+        self.by_pod.contains_key(uid)
+    }
+
+    /// The container of pod `uid` crashed: its member is Confirmed dead (no departure), at the
+    /// pod's IP, and the container starts again after the kubelet's backoff, in the same pod,
+    /// as a new supervisor from a fresh filesystem.
+    fn crash(&mut self, uid: &str, pod: &Arc<Value>) {
+        self.stop(uid, false);
+        let r = self.restarts.entry(uid.to_string()).or_default();
+        let backoff = super::habitat::restart_backoff(r.count);
+        r.count += 1;
+        self.restarting
+            .insert(uid.to_string(), (Instant::now() + backoff, pod.clone()));
+    }
+
+    /// The crashed containers whose backoff is over, with their pods as last seen.
+    fn restarts_due(&self) -> Vec<(String, Option<Arc<Value>>)> {
+        let now = Instant::now();
+        self.restarting
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(uid, (_, pod))| (uid.clone(), Some(pod.clone())))
+            .collect()
     }
 
     /// `hab sup depart ID` through a control gateway: a departure rumor, permanent.
@@ -494,6 +672,9 @@ impl State {
         if m.disk.is_some() {
             self.persisted.insert(id.clone());
         }
+        let g = self.gossip;
+        m.joining_until = (g.join > Duration::ZERO).then(|| Instant::now() + g.join);
+        m.hooks_at = (g.join + g.hooks > Duration::ZERO).then(|| Instant::now() + g.join + g.hooks);
         let new = match self.members.get_mut(&id) {
             // Two running supervisors with one id: the second never joins.
             Some(old) if old.health == Health::Alive => return None,
@@ -505,6 +686,9 @@ impl State {
             Some(old) => {
                 self.health_moved.push(m.pod_uid.clone());
                 old.cut_off = old.health == Health::Confirmed && m.disk.is_none();
+                old.noticed = None;
+                old.joining_until = m.joining_until;
+                old.hooks_at = m.hooks_at;
                 if old.ip != m.ip {
                     old.listed_ip = Some(old.listed_ip.take().unwrap_or_else(|| old.ip.clone()));
                 }
@@ -559,9 +743,10 @@ impl State {
             if group.len() < 2 || elect::has_quorum(&group, true) {
                 continue;
             }
+            let now = Instant::now();
             let lowest = group
                 .iter()
-                .filter(|m| m.health == Health::Confirmed)
+                .filter(|m| m.seen_health(now) == Health::Confirmed)
                 .map(|m| m.member_id.clone())
                 .min();
             if let Some(m) = lowest.and_then(|id| self.members.get_mut(&id)) {
@@ -586,7 +771,7 @@ impl State {
             .iter()
             .filter_map(|id| self.members.get(id))
             .filter(|m| match m.health {
-                Health::Alive => false,
+                Health::Alive | Health::Suspect => false,
                 Health::Confirmed => !live(m),
                 Health::Departed => {
                     !live(m) || m.departed_at.is_some_and(|t| t.elapsed() >= DEPARTED_TTL)
@@ -698,6 +883,16 @@ impl State {
 }
 
 impl Hub {
+    /// Supervisors whose gossip takes `gossip`'s delays.
+    pub fn new(gossip: Gossip) -> Self {
+        Hub {
+            state: Mutex::new(State {
+                gossip,
+                ..State::default()
+            }),
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -717,25 +912,55 @@ impl Hub {
         std::mem::take(&mut self.state().health_moved)
     }
 
+    /// How many times the container of pod `pod_uid` started again after a crash.
+    pub fn restarts(&self, pod_uid: &str) -> u32 {
+        self.state().restarts.get(pod_uid).map_or(0, |r| r.count)
+    }
+
     /// The pod's supervisor's `--strategy`.
     pub fn strategy(&self, pod_uid: &str) -> Option<Strategy> {
         Self::member_of(&self.state(), pod_uid).map(|m| m.strategy)
     }
 
-    /// The `/census` document as seen by the supervisor of `pod_uid`.
+    /// The `/census` document as seen by the supervisor of `pod_uid`: its own group first,
+    /// then every other service group its ring gossips about (the real census has a
+    /// `census_groups` entry for every group whose rumors reach the member: two Habitats whose
+    /// supervisors share a ring see each other's groups). A cut-off member sees only itself.
     pub fn census(&self, pod_uid: &str) -> Option<Value> {
         let st = self.state();
         let me = Self::member_of(&st, pod_uid)?;
-        let key = me.key();
-        let group = st.groups.get(&key);
-        let peers: Vec<&Member> = st
-            .index
-            .get(&key)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| st.members.get(id))
+        let own = me.key();
+        let mut keys = std::collections::BTreeSet::new();
+        if !me.cut_off && !me.joining(Instant::now()) && !me.ring.is_empty() {
+            keys.extend(
+                st.links
+                    .ring(&me.ring)
+                    .filter_map(|id| st.members.get(id))
+                    .filter(|m| m.namespace == me.namespace)
+                    .map(Member::key)
+                    .filter(|k| *k != own),
+            );
+        }
+        let groups: Vec<census::Gossiped> = std::iter::once(own)
+            .chain(keys)
+            .map(|key| census::Gossiped {
+                group: st.groups.get(&key),
+                members: st
+                    .index
+                    .get(&key)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| st.members.get(id))
+                    .collect(),
+                service_group: key.1,
+            })
             .collect();
-        Some(census::document(me, group, &peers))
+        Some(census::document(me, &groups))
+    }
+
+    /// The `service.group` the supervisor of `pod_uid` runs.
+    pub fn service_group(&self, pod_uid: &str) -> Option<String> {
+        Self::member_of(&self.state(), pod_uid).map(Member::service_group)
     }
 
     /// One pass over the whole world (`Some((pods, config_maps))`, every pod and ConfigMap the
@@ -745,18 +970,32 @@ impl Hub {
     /// the world; [`Hub::step_changed`] costs what changed.
     pub fn step(self: &Arc<Self>, world: Option<World<'_>>) {
         let Some((pods, config_maps)) = world else {
-            elect::tick(&mut self.state());
+            let due = {
+                let mut st = self.state();
+                let due = !st.restarts_due().is_empty();
+                if !due {
+                    elect::tick(&mut st);
+                }
+                due
+            };
+            // A crashed container's backoff is over: it starts again.
+            if due {
+                self.step_changed(&[], &[]);
+            }
             return;
         };
         let mut st = self.state();
         st.reached.clear();
         st.refused.clear();
+        let all: HashSet<&str> = pods.iter().map(|p| meta::uid_of(p)).collect();
+        st.restarts.retain(|uid, _| all.contains(uid.as_str()));
         // Stops first: a supervisor whose pod is gone no longer holds its member id.
         let seen: HashSet<&str> = pods
             .iter()
             .filter(|p| is_running(p))
             .map(|p| meta::uid_of(p))
             .collect();
+        st.restarting.retain(|uid, _| seen.contains(uid.as_str()));
         let gone: Vec<String> = st
             .by_pod
             .keys()
@@ -804,7 +1043,13 @@ impl Hub {
             .into_iter()
             .map(|(uid, pod)| (uid, Some(pod)))
             .collect();
+        look.extend(st.restarts_due());
         look.extend(pods.iter().cloned());
+        for (uid, pod) in pods {
+            if pod.is_none() {
+                st.restarts.remove(uid);
+            }
+        }
         // Stops first: a supervisor whose pod is gone no longer holds its member id.
         for (uid, pod) in &look {
             if !pod.as_deref().is_some_and(is_running) {
@@ -841,6 +1086,10 @@ impl Hub {
     ) {
         let uid = meta::uid_of(pod);
         let running = is_running(pod);
+        if running && st.crash_asked(uid, pod) {
+            st.crash(uid, pod);
+            return;
+        }
         if st.by_pod.contains_key(uid) {
             if !running {
                 st.stop(uid, graceful(Some(pod)));
@@ -848,7 +1097,15 @@ impl Hub {
             return;
         }
         if !running {
+            st.restarting.remove(uid);
             return;
+        }
+        // A crashed container starts again only after its backoff.
+        if let Some((at, _)) = st.restarting.remove(uid) {
+            if Instant::now() < at {
+                st.restarting.insert(uid.to_string(), (at, pod.clone()));
+                return;
+            }
         }
         let Some(m) = member_for(pod) else {
             return;

@@ -29,6 +29,9 @@ fn member(id: &str, ns: &str, leader: bool) -> Member {
         listed_ip: None,
         stale_election: None,
         gossip_key: None,
+        noticed: None,
+        joining_until: None,
+        hooks_at: None,
     }
 }
 
@@ -442,7 +445,14 @@ fn standalone_reports_none_and_census_shape() {
     let g = group(&st);
     assert_eq!(g.status, Election::None);
     let me = &st.members["a"];
-    let doc = census::document(me, Some(&g), &[me]);
+    let doc = census::document(
+        me,
+        &[census::Gossiped {
+            service_group: me.service_group(),
+            group: Some(&g),
+            members: vec![me],
+        }],
+    );
     let grp = &doc["census_groups"]["redis.default"];
     assert_eq!(grp["election_status"], "None");
     assert_eq!(grp["update_election_status"], "None");
@@ -1149,5 +1159,294 @@ async fn deleting_a_crashed_pod_departs_nothing() {
     step_settled(&hub, &world, &peer_file(&ip(2)));
     let (_, _, alive, total) = census_of(&hub, "u0");
     assert_eq!((alive, total), (2, 3));
+    hub.shutdown();
+}
+
+/// `p` with [`crate::nodes::CRASH_ANNOTATION`] set to `token`: a test asks the nodes to crash
+/// its container.
+fn crash_asked(p: &Arc<Value>, token: &str) -> Arc<Value> {
+    let mut v = (**p).clone();
+    v["metadata"]["annotations"][crate::nodes::CRASH_ANNOTATION] = json!(token);
+    Arc::new(v)
+}
+
+/// The population of the census served for pod `uid`: (member id, IP, alive, confirmed).
+fn population(hub: &Hub, uid: &str) -> Vec<(String, String, bool, bool)> {
+    let doc = hub.census(uid).expect("a census");
+    doc["census_groups"]["redis.default"]["population"]
+        .as_object()
+        .expect("population")
+        .iter()
+        .map(|(id, m)| {
+            (
+                id.clone(),
+                m["sys"]["ip"].as_str().unwrap_or_default().to_string(),
+                m["alive"] == true,
+                m["confirmed"] == true,
+            )
+        })
+        .collect()
+}
+
+/// Facts §7 and issue 53: a crashed container restarts in the same pod (same uid and IP), as
+/// a new member from a fresh filesystem; the dead member stays `confirmed` at that same IP
+/// until departed. Nothing answers at the pod's IP during the kubelet's backoff; a crash
+/// token already seen crashes nothing again.
+#[tokio::test]
+async fn a_crashed_container_restarts_in_the_same_pod_as_a_new_member() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.11.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    step_settled(&hub, &pods, &peer_file(&ip(2)));
+    let before = population(&hub, "u2");
+    let dead = hub.census("u2").expect("census")["local_member_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    assert_eq!(hub.restarts("u2"), 0);
+
+    // The nodes see the annotated pod as a change.
+    let asked = crash_asked(&pods[2], "t1");
+    let key = |p: &Arc<Value>| (meta::uid_of(p).to_string(), Some(p.clone()));
+    hub.step_changed(&[key(&asked)], &[]);
+    assert_eq!(hub.restarts("u2"), 1);
+    assert!(hub.census("u2").is_none(), "nothing answers in the backoff");
+    assert!(!hub.healthy("u2"));
+    let (_, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((alive, total), (2, 3), "the dead member still counts");
+
+    // The same token again (another change of the pod) crashes nothing more.
+    hub.step_changed(&[key(&asked)], &[]);
+    assert_eq!(hub.restarts("u2"), 1);
+
+    std::thread::sleep(crate::nodes::habitat::restart_backoff(0) + Duration::from_millis(20));
+    hub.step(None);
+    let again = hub.census("u2").expect("the restarted container's census");
+    let fresh = again["local_member_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    assert_ne!(fresh, dead, "a fresh filesystem: a new member id");
+    std::thread::sleep(ELECTION_DURATION + Duration::from_millis(20));
+    hub.step(None);
+    assert!(hub.healthy("u2"), "the new member serves");
+    let mut after = population(&hub, "u0");
+    after.sort();
+    let at_ip: Vec<_> = after.iter().filter(|m| m.1 == ip(4)).collect();
+    assert_eq!(
+        at_ip.len(),
+        2,
+        "a dead and a live member at the pod's IP: {after:?} (before: {before:?})"
+    );
+    assert!(at_ip.iter().any(|m| m.0 == dead && !m.2 && m.3));
+    assert!(at_ip.iter().any(|m| m.0 == fresh && m.2 && !m.3));
+    let (status, _, alive, total) = census_of(&hub, "u0");
+    assert_eq!((status.as_str(), alive, total), ("ElectionFinished", 3, 4));
+
+    // A second crash waits twice as long; a deletion meanwhile ends the restart.
+    hub.step_changed(&[key(&crash_asked(&pods[2], "t2"))], &[]);
+    assert_eq!(hub.restarts("u2"), 2);
+    hub.step_changed(&[("u2".to_string(), None)], &[]);
+    std::thread::sleep(crate::nodes::habitat::restart_backoff(1) + Duration::from_millis(20));
+    hub.step(None);
+    assert!(
+        hub.census("u2").is_none(),
+        "a deleted pod's container never starts again"
+    );
+    hub.shutdown();
+}
+
+/// The real census has a `census_groups` entry for every service group whose rumors reach the
+/// member (`CensusRing::update_from_rumors` files every service rumor of the ring), each
+/// naming the viewer as `local_member_id`: a consumer whose peer file names a producer's pod
+/// shares its ring and sees the producer's group and election, and the producer sees the
+/// consumer's. A group of another ring is not seen.
+#[tokio::test]
+async fn the_census_lists_every_group_of_the_ring() {
+    let hub = Arc::new(Hub::default());
+    let ip = |i: u8| format!("127.250.12.{i}");
+    let mut world: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    let standalone = |name: &str, uid: &str, ip: &str, peer: &str| {
+        Arc::new(
+            json!({"metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"containers": [{"name": "habitat-service", "image": "core/web-hab:v1",
+                "args": ["--bind", "db:redis.default"],
+                "readinessProbe": {"httpGet": {"path": "/services/web/default/health",
+                    "port": 9631}}}],
+                "volumes": [{"name": "peer", "configMap": {"name": peer}}]},
+            "status": {"phase": "Running", "podIP": ip}}),
+        )
+    };
+    world.push(standalone("web-0", "w0", &ip(10), "web-peer"));
+    world.push(standalone("lone-0", "l0", &ip(20), "lone-peer"));
+    let mut cms = peer_file(&ip(2));
+    cms.push(Arc::new(
+        json!({"metadata": {"namespace": "ns", "name": "web-peer"}, "data": {"peer-ip": ip(2)}}),
+    ));
+    cms.push(Arc::new(
+        json!({"metadata": {"namespace": "ns", "name": "lone-peer"}, "data": {"peer-ip": ip(20)}}),
+    ));
+    step_settled(&hub, &world, &cms);
+    let groups = |uid: &str| -> Vec<String> {
+        let doc = hub.census(uid).expect("a census");
+        let mut g: Vec<String> = doc["census_groups"]
+            .as_object()
+            .expect("groups")
+            .keys()
+            .cloned()
+            .collect();
+        g.sort();
+        g
+    };
+    assert_eq!(groups("w0"), ["redis.default", "web.default"]);
+    assert_eq!(groups("u1"), ["redis.default", "web.default"]);
+    assert_eq!(groups("l0"), ["web.default"], "another ring is not seen");
+    let web = hub.census("w0").expect("census");
+    let redis = hub.census("u0").expect("census");
+    let (mine, theirs) = (
+        &web["census_groups"]["web.default"],
+        &web["census_groups"]["redis.default"],
+    );
+    assert_eq!(mine["local_member_id"], web["local_member_id"]);
+    assert_eq!(theirs["local_member_id"], web["local_member_id"]);
+    assert_eq!(mine["election_status"], "None");
+    assert_eq!(theirs["election_status"], "ElectionFinished");
+    assert_eq!(
+        theirs["leader_id"], redis["census_groups"]["redis.default"]["leader_id"],
+        "the producer's leader, as its own members see it"
+    );
+    assert_eq!(theirs["population"].as_object().map(|p| p.len()), Some(3));
+    assert_eq!(mine["population"].as_object().map(|p| p.len()), Some(1));
+    assert_eq!(hub.service_group("w0").as_deref(), Some("web.default"));
+    hub.shutdown();
+}
+
+/// Facts §6 and §7, the gossip delays ([`Gossip`]), here scaled down: after an unclean death
+/// the others list the member alive for `suspect_after`, then suspect for `confirm_after`
+/// (counted, and a leader still leads), then confirmed, and only then is a dead leader
+/// replaced; a new supervisor sees only itself, with no finished election and no hooks run,
+/// for `join`.
+#[tokio::test]
+async fn deaths_are_noticed_and_joins_done_after_the_gossip_delays() {
+    let gossip = Gossip {
+        election: Duration::from_millis(100),
+        suspect_after: Duration::from_millis(400),
+        confirm_after: Duration::from_millis(400),
+        join: Duration::from_millis(300),
+        hooks: Duration::from_millis(300),
+    };
+    let hub = Arc::new(Hub::new(gossip));
+    let ip = |i: u8| format!("127.250.13.{i}");
+    let pods: Vec<Arc<Value>> = (0..3)
+        .map(|i| {
+            pod(
+                &format!("redis-{i}"),
+                &format!("u{i}"),
+                &ip(2 + i),
+                json!({}),
+                json!([]),
+            )
+        })
+        .collect();
+    hub.step(Some((&pods, &peer_file(&ip(2)))));
+    let joining = hub.census("u0").expect("a census");
+    assert_eq!(
+        joining["census_groups"]["redis.default"]["population"]
+            .as_object()
+            .map(|p| p.len()),
+        Some(1),
+        "joining: only itself"
+    );
+    assert!(!hub.healthy("u0"));
+    std::thread::sleep(gossip.join + Duration::from_millis(20));
+    hub.step(None);
+    std::thread::sleep(gossip.election + Duration::from_millis(20));
+    hub.step(None);
+    let (status, leader, alive, _) = census_of(&hub, "u0");
+    assert_eq!((status.as_str(), alive), ("ElectionFinished", 3));
+    assert!(
+        !hub.healthy("u0"),
+        "joined and elected, its hooks not run yet"
+    );
+    std::thread::sleep(gossip.hooks);
+    hub.step(None);
+    assert!(hub.healthy("u0"), "its hooks ran");
+    let leader = leader.expect("a leader");
+    let (leader_uid, survivor) = {
+        let doc = hub.census("u0").expect("census");
+        let ip = doc["census_groups"]["redis.default"]["population"][&leader]["sys"]["ip"]
+            .as_str()
+            .expect("ip")
+            .to_string();
+        let i = pods
+            .iter()
+            .position(|p| p["status"]["podIP"] == ip.as_str())
+            .expect("the leader's pod");
+        (format!("u{i}"), format!("u{}", (i + 1) % 3))
+    };
+    let health = |hub: &Hub| {
+        let doc = hub.census(&survivor).expect("census");
+        let m = &doc["census_groups"]["redis.default"]["population"][&leader];
+        (
+            m["alive"] == true,
+            m["suspect"] == true,
+            m["confirmed"] == true,
+        )
+    };
+    let world: Vec<Arc<Value>> = pods
+        .iter()
+        .map(|p| {
+            if meta::uid_of(p) == leader_uid {
+                crashed(p)
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    hub.step(Some((&world, &peer_file(&ip(2)))));
+    assert_eq!(health(&hub), (true, false, false), "not noticed yet");
+    std::thread::sleep(gossip.suspect_after + Duration::from_millis(20));
+    hub.step(None);
+    assert_eq!(health(&hub), (false, true, false), "suspect");
+    let (status, still, alive, total) = census_of(&hub, &survivor);
+    assert_eq!(
+        (status.as_str(), still.as_deref(), alive, total),
+        ("ElectionFinished", Some(leader.as_str()), 2, 3),
+        "a suspect leader still leads"
+    );
+    std::thread::sleep(gossip.confirm_after + Duration::from_millis(20));
+    hub.step(None);
+    assert_eq!(health(&hub), (false, false, true), "confirmed");
+    assert_eq!(census_of(&hub, &survivor).0, "ElectionInProgress");
+    std::thread::sleep(gossip.election + Duration::from_millis(20));
+    hub.step(None);
+    let (status, new, _, _) = census_of(&hub, &survivor);
+    assert_eq!(status, "ElectionFinished");
+    assert_ne!(
+        new.as_deref(),
+        Some(leader.as_str()),
+        "a confirmed leader is replaced"
+    );
+    assert_eq!(Hub::default().state().gossip, Gossip::FAST);
     hub.shutdown();
 }
