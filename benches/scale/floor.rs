@@ -1,6 +1,7 @@
 //! The floor: a plain client that does the least any operator must, at the operator's
 //! concurrency, against the same server. For each Habitat it creates the same children (the
-//! operator's own builders: peer ConfigMap, StatefulSet, Services, PodDisruptionBudget), writes
+//! operator's own builders: peer ConfigMap, StatefulSet, Services, PodDisruptionBudget, the
+//! control-gateway Secret of a leader group), writes
 //! the address of its first running pod into the peer ConfigMap, and once every pod is ready
 //! makes one status write (`Ready`). No finalizer, no status on the way, no Events, no census.
 //!
@@ -8,7 +9,7 @@
 //! children, at its minimal count: the finalizer before the children, a status write once they
 //! exist (the Habitat leaves Pending), the leader label on one pod of a leader group, the Ready
 //! status, and one Event per pass (two per Habitat), written by the operator's own Event
-//! recorder. Its writes are the minimal set (7 per standalone Habitat, 10 per leader group: the
+//! recorder. Its writes are the minimal set (7 per standalone Habitat, 11 per leader group: the
 //! "Minimal writes" of docs/performance.md), so its time is the best
 //! any operator can reach with them, and the operator's time over it is what the operator adds.
 
@@ -19,11 +20,12 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use habitat_machine::Phase;
 use habitat_operator::api::{Habitat, FINALIZER, LABEL_LEADER, LABEL_NAME, PEER_IP_KEY};
+use habitat_operator::children::control_gateway::{self, control_secret};
 use habitat_operator::children::{self, peer_config::peer_config, peer_config::peer_file_content};
 use habitat_operator::cluster::events::{Note, Recorder};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
@@ -224,6 +226,11 @@ async fn perform(
                 create(
                     Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
                     pdb,
+                )
+                .await?;
+                create(
+                    Api::<Secret>::namespaced(client.clone(), ns),
+                    &control_secret(&h, control_gateway::generate()),
                 )
                 .await?;
             }

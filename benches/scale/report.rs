@@ -13,9 +13,9 @@ const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deleteco
 /// Writes a standalone Habitat needs to reach Ready: finalizer 1, peer ConfigMap 2 (create, then
 /// the pod's address), StatefulSet 1, Service 1, status 2 (it leaves Pending; it becomes Ready).
 pub const MINIMAL_STANDALONE: f64 = 7.0;
-/// A leader group adds the leader Service, the PodDisruptionBudget and the leader label on the
-/// elected pod.
-pub const MINIMAL_LEADER: f64 = 10.0;
+/// A leader group adds the leader Service, the PodDisruptionBudget, the control-gateway Secret
+/// (the operator departs dead members through it) and the leader label on the elected pod.
+pub const MINIMAL_LEADER: f64 = 11.0;
 
 /// Requests by verb and by resource.
 pub struct Breakdown {
