@@ -715,3 +715,87 @@ async fn a_bound_habitat_sees_the_group_it_binds_to() {
     );
     stop_and_check_no_process_left(&mut env, &states);
 }
+
+/// Channel-driven updates (`spec.service.channel`, `updateStrategy: rolling`): the real
+/// supervisors take the operator's `--channel` and `--strategy` and run the update election the
+/// rolling strategy needs (every member agrees on one update leader), and the operator
+/// publishes the members and the release from the census. An update itself cannot be shown
+/// here: it needs Builder to serve a newer release of the package, and nothing reaches Builder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_strategy_runs_the_update_election() {
+    let Some((mut env, states)) = start_real("real-rolling").await else {
+        return;
+    };
+    env.apply_yaml(
+        "apiVersion: habitat.sh/v1\nkind: Habitat\nmetadata: {name: follows}\nspec:\n  image: kinvolk/redis-hab\n  count: 3\n  service: {name: redis, channel: stable, updateStrategy: rolling}\n",
+    );
+    env.wait_phase("follows", "Ready", FORM).await;
+    let began = std::time::Instant::now();
+    let pods: Vec<String> = (0..3).map(|i| format!("follows-{i}")).collect();
+    let update_leaders = || {
+        pods.iter()
+            .filter_map(|p| {
+                let g = census(&states.container(p)?.ip)?["census_groups"]["redis.default"].clone();
+                (g["update_election_status"] == "ElectionFinished")
+                    .then(|| g["update_leader_id"].as_str().map(String::from))
+                    .flatten()
+            })
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let mut agreed = None;
+    wait_for(
+        FORM,
+        "the three members to agree on an update leader",
+        || {
+            let leaders = update_leaders();
+            let all = pods
+                .iter()
+                .filter_map(|p| states.container(p))
+                .filter_map(|c| census(&c.ip))
+                .filter(|c| {
+                    c["census_groups"]["redis.default"]["update_election_status"]
+                        == "ElectionFinished"
+                })
+                .count();
+            let ok = all == 3 && leaders.len() == 1;
+            if ok {
+                agreed = leaders.into_iter().next();
+            }
+            async move { ok }
+        },
+    )
+    .await;
+    let update_leader = agreed.expect("an agreed update leader");
+    eprintln!(
+        "rolling strategy on real supervisors: update leader {update_leader} agreed {:.1}s after Ready",
+        began.elapsed().as_secs_f64()
+    );
+    // The members and the release come from the census.
+    let package = states.container("follows-0").expect("a container").package;
+    let release = package
+        .splitn(3, '/')
+        .nth(2)
+        .expect("version/release")
+        .to_string();
+    wait_for(
+        FORM,
+        "status.members and status.release from the census",
+        || {
+            let api = env.habitats();
+            let (package, release, update_leader) =
+                (package.clone(), release.clone(), update_leader.clone());
+            async move {
+                let Ok(h) = api.get("follows").await else {
+                    return false;
+                };
+                let st = h.status.unwrap_or_default();
+                st.members.iter().filter(|m| m.alive).count() == 3
+                    && st.members.iter().all(|m| m.package == package)
+                    && st.members.iter().any(|m| m.member_id == update_leader)
+                    && st.release.as_deref() == Some(release.as_str())
+            }
+        },
+    )
+    .await;
+    stop_and_check_no_process_left(&mut env, &states);
+}
