@@ -757,12 +757,6 @@ async fn quorum_through_an_image_update_of_five_and_a_scale_down_to_three() {
     stop_and_check_no_process_left(&mut env, &states);
 }
 
-/// The alive members of `sg` in the census of `pod`'s member, None when it does not answer.
-fn alive_in(states: &States, pod: &str, sg: &str) -> Option<usize> {
-    let c = census(&states.container(pod)?.ip)?;
-    Some(election(&c, sg).1.len())
-}
-
 /// (4) A member with another ring key stays out. Two consumers bind to one producer (the
 /// operator puts the producer's address in their peer files): the one on the producer's ring
 /// joins it (each census shows the other's group), the one with another ring's key, gossiping
@@ -809,8 +803,8 @@ async fn a_member_with_another_ring_key_stays_out() {
     let began = Instant::now();
     // The control: the consumer on the producer's ring joins it.
     loop {
-        let joined = alive_in(&states, "same-0", "postgresql.default") == Some(1)
-            && alive_in(&states, "db-0", "go-app.same") == Some(1);
+        let joined = states.alive_in("same-0", "postgresql.default") == Some(1)
+            && states.alive_in("db-0", "go-app.same") == Some(1);
         if joined {
             break;
         }
@@ -850,19 +844,19 @@ async fn a_member_with_another_ring_key_stays_out() {
     let other_up = Instant::now();
     while other_up.elapsed() < joined.max(Duration::from_secs(15)) {
         assert_eq!(
-            alive_in(&states, "db-0", "go-app.other").unwrap_or(0),
+            states.alive_in("db-0", "go-app.other").unwrap_or(0),
             0,
             "the member with another ring key is in the producer's census"
         );
         assert_eq!(
-            alive_in(&states, "other-0", "postgresql.default").unwrap_or(0),
+            states.alive_in("other-0", "postgresql.default").unwrap_or(0),
             0,
             "the producer is in the census of the member with another ring key"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(
-        alive_in(&states, "other-0", "go-app.other").is_some(),
+        states.alive_in("other-0", "go-app.other").is_some(),
         "the member with another ring key answers its census:\n{}",
         diagnose(&env, &states, "other").await
     );

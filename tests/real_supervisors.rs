@@ -436,12 +436,6 @@ fn cached_keys(states: &States, pod: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The alive members of `sg` in the census of `pod`'s member, None when it does not answer.
-fn alive_in(states: &States, pod: &str, sg: &str) -> Option<usize> {
-    let c = census(&states.container(pod)?.ip)?;
-    Some(election(&c, sg).1.len())
-}
-
 /// (g) A user-supplied ring key (`spec.service.ringSecretName`): two real keys of one ring,
 /// made by `hab ring key generate` a second apart, each in the Secret the user makes. A leader
 /// group of 3 on the first key gossips and elects with it (the key, and no other, in each
@@ -562,20 +556,20 @@ async fn a_user_ring_key_elects_and_a_member_with_another_key_stays_out() {
     while watched.elapsed() < elected.max(Duration::from_secs(15)) {
         for pod in pods {
             assert_eq!(
-                alive_in(&states, pod, "go-app.default").unwrap_or(0),
+                states.alive_in(pod, "go-app.default").unwrap_or(0),
                 0,
                 "the member with another key is in {pod}'s census"
             );
         }
         assert_eq!(
-            alive_in(&states, "intruder-0", "redis.default").unwrap_or(0),
+            states.alive_in("intruder-0", "redis.default").unwrap_or(0),
             0,
             "the group is in the census of the member with another key"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(
-        alive_in(&states, "intruder-0", "go-app.default").is_some(),
+        states.alive_in("intruder-0", "go-app.default").is_some(),
         "the member with another key answers its census:\n{}",
         diagnose(&env, &states, "intruder", "go-app.default").await
     );

@@ -264,6 +264,14 @@ pub fn election(census: &serde_json::Value, service_group: &str) -> (Option<Stri
     (leader, alive)
 }
 
+impl States {
+    /// The alive members of `sg` in the census of `pod`'s member, None when it does not answer.
+    pub fn alive_in(&self, pod: &str, sg: &str) -> Option<usize> {
+        let c = census(&self.container(pod)?.ip)?;
+        Some(election(&c, sg).1.len())
+    }
+}
+
 /// Every process of session `sid`, from /proc.
 pub fn session_pids(sid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
