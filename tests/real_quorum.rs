@@ -849,7 +849,9 @@ async fn a_member_with_another_ring_key_stays_out() {
             "the member with another ring key is in the producer's census"
         );
         assert_eq!(
-            states.alive_in("other-0", "postgresql.default").unwrap_or(0),
+            states
+                .alive_in("other-0", "postgresql.default")
+                .unwrap_or(0),
             0,
             "the producer is in the census of the member with another ring key"
         );
