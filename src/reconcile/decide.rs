@@ -77,41 +77,38 @@ impl<'m> Decider<'m> {
         phase: Phase,
         transitions: &[(Phase, Phase)],
     ) -> Plan<'_> {
-        let desired = self.desired(h, snap);
-        let decision = decide(phase, &facts_in_pass(facts(h, snap, &desired), transitions));
-        // Only the owned parts are kept while the workload is built for the step that applies it.
-        let Desired {
-            workload_current,
-            peers,
-            peer_config_current,
-            mislabelled,
-            replacement,
-            ..
-        } = desired;
+        let wanted = self.wanted(h, snap);
+        let decision = decide(phase, &facts_in_pass(facts(h, snap, &wanted), transitions));
         if decision.step == Step::ApplyWorkload {
             self.build(h, &snap.key);
         }
         Plan {
             decision,
             desired: Desired {
-                workload_current,
                 workload: self.workload.as_ref(),
-                peers,
-                peer_config_current,
-                mislabelled,
-                replacement,
+                ..wanted
             },
         }
     }
 
     /// The desired state of `h` given `snap` (the workload only if it was built).
     pub fn desired(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'_> {
+        let wanted = self.wanted(h, snap);
+        Desired {
+            workload: self.workload.as_ref(),
+            ..wanted
+        }
+    }
+
+    /// The desired state without the workload, so that the workload can still be built for
+    /// the step that applies it.
+    fn wanted(&mut self, h: &Habitat, snap: &Snapshot) -> Desired<'static> {
         let workload_current = self.workload_current(h, snap);
         let (peers, mislabelled, replacement) = wanted(h, snap);
         let peer_config_current = self.peer_config_current(h, snap, &peers);
         Desired {
             workload_current,
-            workload: self.workload.as_ref(),
+            workload: None,
             peers,
             peer_config_current,
             mislabelled,
