@@ -154,27 +154,24 @@ impl<'m> Decider<'m> {
             return false;
         }
         let live = snap.live_workload();
+        // Without versions (a child sent, not answered yet) the verdict is not kept.
         let versions = live.versions();
-        if let Some((at, verdict)) = &self.compared {
-            if *at == versions {
+        if let (Some((at, verdict)), Some(v)) = (&self.compared, &versions) {
+            if at == v {
                 return *verdict;
             }
         }
-        if self
-            .memo
-            .is_some_and(|m| m.is_current(h, &snap.key, &versions))
-        {
-            self.compared = Some((versions, true));
+        let memo = self.memo.zip(versions.as_ref());
+        if memo.is_some_and(|(m, v)| m.is_current(h, &snap.key, v)) {
+            self.compared = versions.map(|v| (v, true));
             return true;
         }
         self.build(h, &snap.key);
         let verdict = self.workload.as_ref().is_some_and(|w| live.carries(w));
-        if verdict {
-            if let Some(memo) = self.memo {
-                memo.remember(h, &snap.key, &versions);
-            }
+        if let (true, Some((m, v))) = (verdict, memo) {
+            m.remember(h, &snap.key, v);
         }
-        self.compared = Some((versions, verdict));
+        self.compared = versions.map(|v| (v, verdict));
         verdict
     }
 
@@ -487,6 +484,35 @@ mod tests {
         sts.metadata.resource_version = Some("9".into());
         let mut decider = Decider::remembering(&memo);
         assert!(!decider.desired(&h, &scaled).workload_current);
+    }
+
+    /// A Service still being created in the background is seen as sent, without a version. It
+    /// carries the workload, but that verdict is not remembered: when its create fails, the next
+    /// pass sees it absent at the same versions and must apply it, not find it current (a leader
+    /// group once went Ready without its leader Service under injected API faults).
+    #[test]
+    fn a_child_without_a_version_is_not_remembered_current() {
+        let h = habitat().leader().count(3);
+        let memo = VerifiedChildren::default();
+        let mut sent = settled(&h);
+        sent.leader_service
+            .as_mut()
+            .expect("a leader Service")
+            .metadata
+            .resource_version = None;
+        sent.creating = Some(h.leader_service_name());
+        let current = |snap: &Snapshot| {
+            Decider::remembering(&memo)
+                .desired(&h, snap)
+                .workload_current
+        };
+        assert!(current(&sent), "the Service as sent carries the workload");
+        let mut failed = settled(&h);
+        failed.leader_service = None;
+        assert!(
+            !current(&failed),
+            "its create failed: the leader Service is missing"
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use crate::children::Workload;
 use crate::cluster::apply::stamped;
+use crate::reconcile::memo::Versions;
 
 /// Whether `live` carries every field `desired` sets, with the same value (see the module doc).
 pub fn covers(live: &Value, desired: &Value) -> bool {
@@ -139,18 +140,23 @@ pub struct LiveWorkload<'a> {
 }
 
 impl LiveWorkload<'_> {
-    /// The resourceVersions of the live children: a verdict of [`LiveWorkload::carries`] holds
-    /// while they do not change.
-    pub fn versions(&self) -> [Option<String>; 4] {
-        fn rv<K: kube::Resource>(o: Option<&K>) -> Option<String> {
-            o.and_then(|o| o.meta().resource_version.clone())
+    /// The resourceVersions of the live children (`None` in a slot: that child is absent): a
+    /// verdict of [`LiveWorkload::carries`] holds while they do not change. `None` when a child
+    /// is present without a version: one sent and not yet answered (a Service created in the
+    /// background), whose verdict holds only while its create runs.
+    pub fn versions(&self) -> Option<Versions> {
+        fn rv<K: kube::Resource>(o: Option<&K>) -> Option<Option<String>> {
+            match o {
+                None => Some(None),
+                Some(o) => o.meta().resource_version.clone().map(Some),
+            }
         }
-        [
-            rv(self.statefulset),
-            rv(self.headless),
-            rv(self.leader_service),
-            rv(self.budget),
-        ]
+        Some([
+            rv(self.statefulset)?,
+            rv(self.headless)?,
+            rv(self.leader_service)?,
+            rv(self.budget)?,
+        ])
     }
 
     /// Whether every child exists and carries its part of `w`, and no leader child is left
