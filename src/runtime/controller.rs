@@ -27,7 +27,6 @@ use crate::reconcile::{error_policy, reconcile};
 use crate::watch::cache::{cached, synced, ListTurns};
 use crate::watch::echoes::Echoes;
 use crate::watch::index::{pod_watchers, referencing, Indexes};
-use crate::watch::lean::Lean;
 use crate::watch::slim::{drop_managed_fields, Slim};
 use crate::watch::triggers::Wake;
 use crate::watch::Stores;
@@ -97,13 +96,13 @@ pub async fn run(
             )
         };
     }
-    let (sts_store, sts) = child!(Lean<StatefulSet>);
+    let (sts_store, sts) = child!(StatefulSet);
     let (cm_store, cms) = child!(ConfigMap);
     let (svc_store, svcs) = child!(Service);
     let (pdb_store, pdbs) = child!(PodDisruptionBudget);
     let pods_index = index.pods_by_habitat.clone();
     let (pod_store, pods) = cached(
-        api::<Lean<Pod>>(&client, ns),
+        api::<Pod>(&client, ns),
         ours,
         Slim::slim,
         move |e| pods_index.event(e),
@@ -133,7 +132,7 @@ pub async fn run(
     let per_habitat = Arc::new(PerHabitat::default());
     let (deleted, state_metrics) = (per_habitat.clone(), metrics.clone());
     let (habitat_store, habitat_stream) = cached(
-        api::<Lean<Habitat>>(&client, ns),
+        api::<Habitat>(&client, ns),
         watcher::Config::default(),
         drop_managed_fields,
         move |e| {

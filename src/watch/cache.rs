@@ -32,7 +32,6 @@ use kube::Api;
 use serde::de::DeserializeOwned;
 
 use crate::watch::backoff::WatchRetry;
-use crate::watch::lean::{self, Decoded};
 use crate::watch::triggers::{Triggers, Wake, Woken};
 
 /// Objects per page of a cache's first list. A page's response and its decoded objects make the
@@ -44,7 +43,6 @@ const LIST_PAGE: u32 = 50;
 /// Objects per page for pods and StatefulSets, whose responses carry their spec or pod template
 /// and every field manager's record: with 25 instead of 50, a restart over 100 settled Habitats
 /// peaked at 18.2 to 18.8 MiB instead of 18.8 to 21.0 (target 20), for 33 requests instead of 26.
-/// Not measured again since their objects are decoded lean.
 const LIST_PAGE_LARGE: u32 = 25;
 
 /// Objects per page of the initial list of `K`'s cache.
@@ -62,8 +60,8 @@ pub type Trigger<K> = std::pin::Pin<Box<dyn futures::Stream<Item = Arc<K>> + Sen
 /// which updates are triggers ([`Triggers`]). The triggers are the cache's own objects (shared,
 /// not copied): at the end of a list, every object in the cache. Its first list waits for its
 /// turn among the caches (`turns`).
-pub fn cached<K, W>(
-    api: Api<W>,
+pub fn cached<K>(
+    api: Api<K>,
     config: watcher::Config,
     modify: impl FnMut(&mut K) + Send + 'static,
     indexed: impl Fn(&watcher::Event<K>) + Send + 'static,
@@ -79,17 +77,10 @@ where
         + Send
         + Sync
         + 'static,
-    W: kube::Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Decoded<K>
-        + std::fmt::Debug
-        + Send
-        + 'static,
 {
     let (store, writer) = reflector::store();
     let stream = turns
-        .take(watcher(api, config.page_size(list_page::<K>())).map_ok(lean::decoded_event))
+        .take(watcher(api, config.page_size(list_page::<K>())))
         .inspect_err(|e| {
             tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff")
         })

@@ -5,9 +5,8 @@
 //! # Flow
 //!
 //! One watch per kind ([`cache::cached`]), each in a task of its own: kube-runtime's `watcher`
-//! (first lists one cache at a time, paged), its objects decoded without the parts never read
-//! ([`lean`]), retried on [`backoff`], slimmed by the kind's transform ([`slim`]: what each cache
-//! keeps), applied to a kube-runtime `reflector` store, then to the secondary indexes
+//! (first lists one cache at a time, paged), retried on [`backoff`], slimmed by the kind's
+//! transform ([`slim`]: what each cache keeps), applied to a kube-runtime `reflector` store, then to the secondary indexes
 //! ([`index`]), then filtered into triggers ([`triggers`]: changed objects only, not the echoes
 //! of this process's own writes, [`echoes`]). The children's writes this process made are
 //! answered for the caches until their watch events arrive ([`recent`]).
@@ -21,8 +20,7 @@
 //! # Caveats
 //!
 //! - kube-runtime's `reflector`, `watcher` and `Controller` are used as they are; the indexes,
-//!   the trigger filter, the retry and the lean decoding are the project's own, each module says
-//!   why.
+//!   the trigger filter and the retry are the project's own, each module says why.
 //! - The reconciler must wait until every cache has synced (kube's Controller waits for the
 //!   Habitat cache only): the runtime sets `Context::synced`.
 
@@ -40,7 +38,6 @@ pub mod backoff;
 pub mod cache;
 pub mod echoes;
 pub mod index;
-pub mod lean;
 pub mod recent;
 pub mod slim;
 pub mod triggers;
