@@ -726,32 +726,29 @@ async fn a_rolling_update_strategy_runs_the_update_election() {
     env.wait_phase("follows", "Ready", FORM).await;
     let began = std::time::Instant::now();
     let pods: Vec<String> = (0..3).map(|i| format!("follows-{i}")).collect();
-    let update_leaders = || {
+    // The update leader each member names once its update election finished (one census read
+    // per member).
+    let update_leaders = || -> Vec<Option<String>> {
         pods.iter()
             .filter_map(|p| {
                 let g = census(&states.container(p)?.ip)?["census_groups"]["redis.default"].clone();
-                (g["update_election_status"] == "ElectionFinished")
-                    .then(|| g["update_leader_id"].as_str().map(String::from))
-                    .flatten()
+                Some(
+                    (g["update_election_status"] == "ElectionFinished")
+                        .then(|| g["update_leader_id"].as_str().map(String::from))
+                        .flatten(),
+                )
             })
-            .collect::<std::collections::BTreeSet<String>>()
+            .collect()
     };
     let mut agreed = None;
     wait_for(
         FORM,
         "the three members to agree on an update leader",
         || {
-            let leaders = update_leaders();
-            let all = pods
-                .iter()
-                .filter_map(|p| states.container(p))
-                .filter_map(|c| census(&c.ip))
-                .filter(|c| {
-                    c["census_groups"]["redis.default"]["update_election_status"]
-                        == "ElectionFinished"
-                })
-                .count();
-            let ok = all == 3 && leaders.len() == 1;
+            let named = update_leaders();
+            let finished = named.iter().flatten().count();
+            let leaders: std::collections::BTreeSet<String> = named.into_iter().flatten().collect();
+            let ok = finished == 3 && leaders.len() == 1;
             if ok {
                 agreed = leaders.into_iter().next();
             }
