@@ -149,8 +149,8 @@ pub fn disposition(e: &kube::Error) -> Disposition {
 
 /// Whether the API server refused to create an object because its namespace is being deleted,
 /// or is already gone. While the namespace controller empties it, namespace lifecycle admission
-/// answers HTTP 403 whose details carry the `NamespaceTerminating` cause; servers older than the
-/// cause (Kubernetes < 1.16) only say so in the message, which is recognised as well. Once the
+/// answers HTTP 403 whose details carry the `NamespaceTerminating` cause (every server that
+/// serves `apiextensions.k8s.io/v1`, which the Habitat CRD needs, sends it). Once the
 /// namespace is deleted, the same admission answers 404 about the namespace itself (details
 /// `kind: namespaces`), not about the object: a late Event or status write meets that.
 pub fn is_namespace_terminating(e: &kube::Error) -> bool {
@@ -166,16 +166,11 @@ pub fn is_namespace_terminating(e: &kube::Error) -> bool {
     if s.code != 403 {
         return false;
     }
-    let by_cause = s.details.as_ref().is_some_and(|d| {
+    s.details.as_ref().is_some_and(|d| {
         d.causes
             .iter()
             .any(|c| c.reason == NAMESPACE_TERMINATING_CAUSE)
-    });
-    by_cause
-        || (s.reason == "Forbidden"
-            && s.message
-                .contains("unable to create new content in namespace")
-            && s.message.ends_with("because it is being terminated"))
+    })
 }
 
 /// The delay the API server asked for when it refused a request with 429 Too Many Requests or
@@ -342,6 +337,17 @@ pub(crate) mod tests {
         assert_eq!(e.disposition(), Disposition::NamespaceTerminating);
     }
 
+    #[test]
+    fn the_terminating_namespace_is_read_from_its_cause_not_its_message() {
+        let mut status: kube::core::Status =
+            serde_json::from_str(TERMINATING).expect("a valid Status");
+        if let Some(d) = status.details.as_mut() {
+            d.causes.clear();
+        }
+        // The same words without the cause: another 403 (an admission webhook's, RBAC's).
+        assert!(!is_namespace_terminating(&kube::Error::Api(status.boxed())));
+    }
+
     /// What a kube-apiserver answers to a create in a namespace that no longer exists, verbatim.
     const NAMESPACE_GONE: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"e2e-x\" not found","reason":"NotFound","details":{"name":"e2e-x","kind":"namespaces"},"code":404}"#;
 
@@ -361,14 +367,6 @@ pub(crate) mod tests {
         }
         assert!(!is_namespace_terminating(&kube::Error::Api(status.boxed())));
         assert!(!is_namespace_terminating(&api_error(404)));
-    }
-
-    #[test]
-    fn a_message_without_the_cause_is_recognised_too() {
-        let mut status: kube::core::Status =
-            serde_json::from_str(TERMINATING).expect("a valid Status");
-        status.details = None;
-        assert!(is_namespace_terminating(&kube::Error::Api(status.boxed())));
     }
 
     #[test]
