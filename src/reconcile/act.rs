@@ -67,12 +67,6 @@ pub async fn act(
             else {
                 return Ok(());
             };
-            // Member identity: the control secret the pods mount exists before they do.
-            crate::reconcile::depart::ensure_secret(ctx, h).await?;
-            // The children are independent of each other: applied concurrently, a first pass
-            // waits for the slowest of them rather than for their sum (the Services' ClusterIP
-            // allocation makes them the slowest writes of a Habitat on a busy server). Each runs
-            // to its end, so that one refused does not cancel the others mid-request.
             let Snapshot {
                 statefulset: seen_statefulset,
                 headless: seen_headless,
@@ -81,8 +75,19 @@ pub async fn act(
                 creating,
                 ..
             } = snap;
-            let (sts, svc, lead) = futures::join!(
+            // The StatefulSet goes first, with only the control-gateway Secret its pods mount
+            // beside it (member identity): kube-controller-manager starts the pods, the longest
+            // road to Ready, as soon as the StatefulSet exists. A pod created before its Secret
+            // waits for it in ContainerCreating, as any pod does for a missing volume source.
+            // The Services and the budget follow, concurrently with each other, so that they do
+            // not compete with the StatefulSet on a busy server. Every write of a group runs to
+            // its end, so that one refused does not cancel the others mid-request.
+            let (secret, sts) = futures::join!(
+                crate::reconcile::depart::ensure_secret(ctx, h),
                 apply_over(ctx, &recent.statefulsets, seen_statefulset, statefulset),
+            );
+            secret.and(sts)?;
+            let (svc, lead) = futures::join!(
                 apply_over(ctx, &recent.services, seen_headless, headless),
                 async {
                     if let Some((svc, pdb)) = leader {
@@ -96,7 +101,7 @@ pub async fn act(
                     }
                 }
             );
-            sts.and(svc).and(lead)?;
+            svc.and(lead)?;
             if leader.is_none() {
                 if seen_leader_service.take().is_some() {
                     delete::<Service>(&ctx.client, &ns, &h.leader_service_name()).await?;
