@@ -1,7 +1,8 @@
 //! Fidelity of the sandbox's API server: each scenario makes the same requests on both grounds
 //! (the sandbox and a real kube-apiserver v1.36) and asserts the real server's answer (status
 //! code, reason and, where stable, the message), recorded from the real server. One scenario per
-//! divergence that was found and fixed in the sandbox.
+//! divergence that was found and fixed in the sandbox. The simulated kubelet, which plays the
+//! nodes on both grounds, is held to a real kubelet's documented behaviour the same way.
 
 #[macro_use]
 mod support;
@@ -202,6 +203,46 @@ async fn pod_spec_updates_change_only_images(ground: Ground) {
         a.message.lines().next().unwrap_or_default(),
         "Pod \"p1\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
     );
+}
+
+/// A pod whose volume needs a Secret that does not exist yet stays `Pending` (a kubelet's
+/// ContainerCreating) and starts once the Secret is created: the simulated kubelet stands in for
+/// a real one on both grounds, and it started such a pod at once.
+async fn a_pod_waits_for_the_secret_its_volume_needs(ground: Ground) {
+    use k8s_openapi::api::core::v1::Pod;
+    let env = env_on!(ground, "fid-vol", false);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p3"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1",
+            "volumeMounts": [{"name": "key", "mountPath": "/key"}]}],
+            "volumes": [{"name": "key", "secret": {"secretName": "late"}}]}});
+    create_pod(&env, pod).await;
+    let pods: kube::Api<Pod> = env.api();
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    // Bound at once and started at once before: two seconds is many kubelet passes.
+    let mut bound = false;
+    for _ in 0..20 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let p = pods.get("p3").await.expect("the pod");
+        bound |= p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        assert_ne!(
+            phase(&p).as_deref(),
+            Some("Running"),
+            "started without its Secret"
+        );
+    }
+    assert!(bound, "the pod was bound to the node");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "late"},
+        "data": {"k": "eA=="}});
+    ok(&post(&env, "/api/v1/namespaces/NS/secrets", secret).await);
+    let mut last = None;
+    for _ in 0..100 {
+        last = phase(&pods.get("p3").await.expect("the pod"));
+        if last.as_deref() == Some("Running") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the pod did not start once its Secret existed: phase {last:?}");
 }
 
 /// A bound pod cannot be bound again; a Binding must name the pod of the URL.
@@ -1495,6 +1536,7 @@ on_both_grounds!(
     statefulset_spec_is_immutable_but_for_a_few_fields,
     a_create_in_a_missing_namespace_is_a_404_about_the_namespace,
     pod_spec_updates_change_only_images,
+    a_pod_waits_for_the_secret_its_volume_needs,
     binding_a_bound_pod_or_another_name_is_refused,
     a_custom_resource_put_needs_a_resource_version,
     immutable_config_maps_and_secrets_stay,

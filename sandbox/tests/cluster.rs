@@ -9,10 +9,17 @@ use serde_json::{json, Value};
 const STS: &str = "/apis/apps/v1/namespaces/default/statefulsets";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 
+/// A StatefulSet of Habitat pods, after the peer ConfigMap they mount (a kubelet starts a pod
+/// only once the objects its volumes require exist).
 fn sts_yaml(name: &str, replicas: u32, policy: &str, strategy: &str, leader: bool) -> String {
     let topology = if leader { "leader" } else { "standalone" };
     format!(
         r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {name}-peer}}
+data: {{peer-ip: ""}}
+---
 apiVersion: apps/v1
 kind: StatefulSet
 metadata: {{name: {name}}}

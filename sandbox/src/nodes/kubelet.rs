@@ -2,11 +2,11 @@
 //! starts them after a delay with a unique loopback IP, tracks readiness (through the supervisor
 //! health check for Habitat pods), and finishes graceful deletions, as a kubelet does.
 
-use super::habitat::{Supervisors, View};
+use super::habitat::{volumes, Supervisors, View};
 use super::supervisor::Hub;
 use crate::meta;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
@@ -155,12 +155,17 @@ pub struct Planner {
     /// Where each pod seen lives, by uid: a pod named by uid (waiting, retried, or its
     /// supervisor's health moved) is read from the cache through it.
     refs: HashMap<String, ObjectRef<Pod>>,
-    /// Pods bound to the node that wait for the start delay: looked at on every pass until they
-    /// start, changed or not (the clock moves them).
+    /// Pods bound to the node that wait for the start delay or for their volumes' objects:
+    /// looked at on every pass until they start, changed or not (the clock and the other
+    /// caches move them).
     waiting: BTreeSet<String>,
     /// Pods whose last request failed: looked at again on the next pass (no watch event will
     /// name them).
     retry: BTreeSet<String>,
+    /// The ConfigMaps and Secrets the pods' volumes project: a pod starts once every required
+    /// one is there, as a kubelet's leaves ContainerCreating. `None`: not checked (plans
+    /// tested without them).
+    sources: Option<(Store<ConfigMap>, Store<Secret>)>,
 }
 
 fn condition(t: &str, ok: bool, since: &str) -> Value {
@@ -242,6 +247,13 @@ impl Kubelet {
         self
     }
 
+    /// A kubelet that starts a pod only once the ConfigMaps and Secrets its volumes require
+    /// are in these caches.
+    pub fn with_sources(mut self, config_maps: Store<ConfigMap>, secrets: Store<Secret>) -> Self {
+        self.planner.sources = Some((config_maps, secrets));
+        self
+    }
+
     /// The kubelet's planning state.
     pub fn planner(&mut self) -> &mut Planner {
         &mut self.planner
@@ -284,7 +296,15 @@ impl Planner {
             refs: HashMap::new(),
             waiting: BTreeSet::new(),
             retry: BTreeSet::new(),
+            sources: None,
         }
+    }
+
+    /// Whether the objects `pod`'s volumes require are there (see [`Planner::sources`]).
+    fn sources_present(&self, pod: &Pod) -> bool {
+        self.sources
+            .as_ref()
+            .is_none_or(|(cms, secrets)| volumes::sources_present(pod, cms, secrets))
     }
 
     /// The real container of a Habitat pod, when the pods run real supervisors.
@@ -319,8 +339,8 @@ impl Planner {
         }
     }
 
-    /// What to do for `pod` now, if anything. A pod that waits for the start delay is noted in
-    /// `waiting`.
+    /// What to do for `pod` now, if anything. A pod that waits for the start delay, or for an
+    /// object its volumes require, is noted in `waiting`.
     fn action(&mut self, pod: &Pod) -> Option<Action> {
         let uid = pod.metadata.uid.as_deref()?;
         let node = pod
@@ -354,7 +374,7 @@ impl Planner {
         };
         match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
             None | Some("Pending") => {
-                if since.elapsed() >= self.delay {
+                if since.elapsed() >= self.delay && self.sources_present(pod) {
                     Some(Action::Start)
                 } else {
                     self.waiting.insert(uid.to_string());
@@ -755,6 +775,55 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(bound.clone()));
         assert!(actions(&planner.plan_changed(&store, &[change(&bound)], &[])).is_empty());
         assert!(planner.waiting.contains("u1"), "it waits for the delay");
+    }
+
+    /// A pod whose volumes name a Secret or ConfigMap that is not there yet stays `Pending`,
+    /// looked at on every pass, and starts once the object is there (a kubelet's
+    /// ContainerCreating); an optional source does not hold it.
+    #[test]
+    fn a_pod_starts_once_the_objects_its_volumes_require_are_there() {
+        let mut planner = Planner::new(Duration::ZERO, None);
+        let (cms, mut cm_writer) = reflector::store::<ConfigMap>();
+        let (secrets, mut secret_writer) = reflector::store::<Secret>();
+        planner.sources = Some((cms, secrets));
+        let mut waits = pod("waits", "u1", "1", Some(NODE_NAME), pending());
+        let mut optional = pod("optional", "u2", "1", Some(NODE_NAME), pending());
+        let volumes = |optional: bool| {
+            serde_json::from_value(json!([
+                {"name": "key", "secret": {"secretName": "key", "optional": optional}},
+                {"name": "peer", "configMap": {"name": "peer", "items": [{"key": "ip", "path": "ip"}], "optional": optional}},
+                {"name": "scratch", "emptyDir": {}},
+            ]))
+            .expect("volumes")
+        };
+        for (p, o) in [(&mut waits, false), (&mut optional, true)] {
+            if let Some(spec) = p.spec.as_mut() {
+                spec.volumes = Some(volumes(o));
+            }
+        }
+        let (store, _writer) = cache(&[waits.clone(), optional.clone()]);
+        let first = planner.plan(&store.state());
+        assert_eq!(actions(&first), [("optional".to_string(), Action::Start)]);
+        assert!(planner.waiting.contains("u1"));
+        let object = |kind: &str, data: Value| {
+            json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": if kind == "Secret" { "key" } else { "peer" }, "namespace": "ns"},
+                "data": data})
+        };
+        let secret: Secret =
+            serde_json::from_value(object("Secret", json!({"k": "eA=="}))).expect("a Secret");
+        secret_writer.apply_watcher_event(&watcher::Event::Apply(secret));
+        assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
+        // The ConfigMap without the key its item picks: still waiting.
+        let cm: ConfigMap =
+            serde_json::from_value(object("ConfigMap", json!({"other": "x"}))).expect("a CM");
+        cm_writer.apply_watcher_event(&watcher::Event::Apply(cm));
+        assert!(actions(&planner.plan_changed(&store, &[], &[])).is_empty());
+        let cm: ConfigMap =
+            serde_json::from_value(object("ConfigMap", json!({"ip": "10.0.0.1"}))).expect("a CM");
+        cm_writer.apply_watcher_event(&watcher::Event::Apply(cm));
+        let started = planner.plan_changed(&store, &[], &[]);
+        assert_eq!(actions(&started), [("waits".to_string(), Action::Start)]);
     }
 
     /// A deleted pod is forgotten: its IP goes back to the pool and nothing of it is looked at

@@ -468,29 +468,29 @@ impl Nodes {
         );
         let hub = (opts.simulate_supervisors && real.is_none())
             .then(|| Arc::new(supervisor::Hub::new(opts.gossip)));
-        let mut extra_tasks = Vec::new();
+        // Secrets, for the volumes a pod waits for and the real supervisors' mounts.
+        let (secrets, writer) = reflector::store::<Secret>();
+        let stream = watcher(api::<Secret>(&client, ns), watcher::Config::default())
+            .backoff(WatchBackoff::default())
+            .reflect(writer);
+        let secret_version = version.clone();
+        let secret_notify = notify.clone();
+        let secret_task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    tracing::debug!("simulated nodes: Secret watch error: {e}");
+                }
+                secret_version.fetch_add(1, Ordering::Relaxed);
+                secret_notify.notify_one();
+            }
+        });
         let real = match real {
             Some(cfg) => {
-                let (secrets, writer) = reflector::store::<Secret>();
-                let stream = watcher(api::<Secret>(&client, ns), watcher::Config::default())
-                    .backoff(WatchBackoff::default())
-                    .reflect(writer);
-                let secret_version = version.clone();
-                let secret_notify = notify.clone();
-                extra_tasks.push(tokio::spawn(async move {
-                    futures::pin_mut!(stream);
-                    while let Some(event) = stream.next().await {
-                        if let Err(e) = event {
-                            tracing::debug!("simulated nodes: Secret watch error: {e}");
-                        }
-                        secret_version.fetch_add(1, Ordering::Relaxed);
-                        secret_notify.notify_one();
-                    }
-                }));
                 let watched = habitat::Watched {
                     pods: pods.clone(),
                     config_maps: config_maps.clone(),
-                    secrets,
+                    secrets: secrets.clone(),
                 };
                 Some(Arc::new(habitat::Supervisors::start(
                     cfg,
@@ -500,16 +500,18 @@ impl Nodes {
             }
             None => None,
         };
-        let mut kubelet = kubelet::Kubelet::new(client, opts.pod_ready_delay, hub.clone());
+        let mut kubelet = kubelet::Kubelet::new(client, opts.pod_ready_delay, hub.clone())
+            .with_sources(config_maps.clone(), secrets.clone());
         if let Some(r) = &real {
             kubelet = kubelet.with_real(r.clone());
         }
         let loop_real = real.clone();
         let loop_hub = hub.clone();
         let main = tokio::spawn(async move {
-            let (Ok(()), Ok(())) = (
+            let (Ok(()), Ok(()), Ok(())) = (
                 pods.wait_until_ready().await,
                 config_maps.wait_until_ready().await,
+                secrets.wait_until_ready().await,
             ) else {
                 return;
             };
@@ -551,9 +553,8 @@ impl Nodes {
                 }
             }
         });
-        let mut tasks = vec![pod_task, cm_task, main];
+        let mut tasks = vec![pod_task, cm_task, secret_task, main];
         tasks.extend(heartbeat);
-        tasks.extend(extra_tasks);
         Ok(Nodes { tasks, hub, real })
     }
 

@@ -117,6 +117,27 @@ pub fn content(pod: &Pod, volume: &Volume, src: &Sources<'_>) -> Option<Content>
     Some(Content::Dir(src.pod_dir.join("volumes").join(&volume.name)))
 }
 
+/// Whether every ConfigMap and Secret that `pod`'s volumes require is there, with the keys
+/// their `items` pick: until then a kubelet keeps the pod in ContainerCreating, its phase
+/// `Pending`. (Environment variables from a missing object keep a real container from starting
+/// too, `CreateContainerConfigError`; the real supervisors' nodes check those when they start
+/// one, [`super::package::container_env`].)
+pub fn sources_present(pod: &Pod, config_maps: &Store<ConfigMap>, secrets: &Store<Secret>) -> bool {
+    // Only the volumes projected from objects are looked at: the directories are not used.
+    let src = Sources {
+        config_maps,
+        secrets,
+        pod_dir: Path::new(""),
+        claims_dir: Path::new(""),
+        ip: "",
+    };
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.config_map.is_some() || v.secret.is_some())
+        .all(|v| content(pod, v, &src).is_some())
+}
+
 /// Every mount of a container with what its volume holds now; `None` while one waits.
 pub fn mounts<'p>(
     pod: &'p Pod,
