@@ -8,8 +8,8 @@
 //! (first lists one cache at a time, paged), retried on [`backoff`], slimmed by the kind's
 //! transform ([`slim`]: what each cache keeps), applied to a kube-runtime `reflector` store,
 //! then to the secondary indexes ([`index`]), then filtered into triggers ([`triggers`]: changed
-//! objects only, not the echoes of this process's own writes, [`echoes`]). The children's writes this process made are
-//! answered for the caches until their watch events arrive ([`recent`]).
+//! objects only, not the echoes of this process's own writes, [`echoes`]). The children's writes
+//! this process made are answered for the caches until their watch events arrive ([`recent`]).
 //!
 //! # Guarantees
 //!
